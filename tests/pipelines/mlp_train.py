@@ -1,0 +1,61 @@
+"""A tiny MLP trained on synthetic data; options select the variants the tests need."""
+
+import argparse
+import json
+
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU())
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.head(self.backbone(x))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--freeze-backbone", action="store_true")
+    parser.add_argument("--raise-at", type=int, default=-1)
+    parser.add_argument("--sleep-per-step", type=float, default=0.0)
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    model = MLP()
+    if args.freeze_backbone:
+        for p in model.backbone.parameters():
+            p.requires_grad_(False)
+        optimizer = torch.optim.SGD(model.head.parameters(), lr=0.1)
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 16, generator=gen)
+    y = torch.randint(0, 4, (64,), generator=gen)
+    losses = []
+    for step in range(args.steps):
+        if step == args.raise_at:
+            raise KeyError(f"user error at step {step}")
+        model.train()
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        if args.sleep_per_step:
+            import time
+
+            print(f"step {step}", flush=True)
+            time.sleep(args.sleep_per_step)
+    model.eval()
+    with torch.no_grad():
+        model(x)
+    print(json.dumps({"losses": losses}))
+
+
+if __name__ == "__main__":
+    main()

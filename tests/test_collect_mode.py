@@ -1,0 +1,185 @@
+"""Collect mode end to end: real training scripts, unchanged, run under the agent."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import PIPELINES, agent_env, read_traces, run_python
+
+from traincheck_agent.examples import cnn_train
+
+MLP = str(PIPELINES / "mlp_train.py")
+
+
+def _losses(stdout: str) -> list[float]:
+    return json.loads(stdout.strip().splitlines()[-1])["losses"]
+
+
+def _collect(tmp_path, *script_args: str, **extra: str):
+    out = tmp_path / "trace"
+    proc = run_python([MLP, *script_args], agent_env("collect", out, **extra))
+    assert proc.returncode == 0, proc.stderr
+    traces = read_traces(out)
+    assert len(traces) == 1, [t.path.name for t in traces]
+    return proc, traces[0]
+
+
+def test_header_describes_the_process(tmp_path):
+    _, trace = _collect(tmp_path)
+    h = trace.header
+    assert h["schema"] == 1 and h["mode"] == "collect"
+    assert h["rank"] == 0 and h["world_size"] == 1
+    assert h["run_id"] and h["pid"] > 0 and h["host"]
+    assert h["versions"]["torch"].startswith("2.")
+    assert "torch.yaml" in h["policies"] and len(h["policy_digest"]) == 16
+    assert trace.path.name == f"trace_{h['run_id']}_rank0_pid{h['pid']}.jsonl"
+
+
+def test_steps_phases_and_core_calls(tmp_path):
+    _, trace = _collect(tmp_path, "--steps", "6")
+    steps = trace.calls("torch.optim.Adam.step")
+    assert [c["step"] for c in steps] == list(range(6))
+    assert all(c["phase"] == "train" for c in steps)
+    zero = trace.calls("torch.optim.Optimizer.zero_grad")
+    assert [c["step"] for c in zero] == list(range(6))
+    assert zero[0]["args"]["self"]["t"] == "Adam"
+    backward = trace.calls("torch.Tensor.backward")
+    assert [c["step"] for c in backward] == list(range(6))
+    # The nested torch.autograd.backward call has the Tensor.backward call as parent.
+    inner = trace.calls("torch.autograd.backward")
+    assert {c["parent"] for c in inner} == {c["id"] for c in backward}
+    forwards = trace.calls("__main__.MLP.forward")
+    assert [c["phase"] for c in forwards] == ["train"] * 6 + ["eval"]
+    assert forwards[-1]["step"] == 6 and forwards[-1]["ctx"] == {"grad": False}
+    assert forwards[0]["args"]["self"] == {"t": "MLP", "training": True, "name": "model"}
+    assert forwards[0]["ret"]["shape"] == [64, 4] and forwards[0]["ret"]["dtype"] == "float32"
+    # Submodule calls nest inside the root forward call.
+    linears = [c for c in trace.calls("torch.nn.Linear.forward") if c["step"] == 0]
+    assert {c["args"]["self"]["name"] for c in linears} == {"model.backbone.0", "model.backbone.2", "model.head"}
+    ce = trace.calls("torch.nn.functional.cross_entropy")
+    assert len(ce) == 6 and ce[0]["ret"]["shape"] == [] and ce[0]["args"]["input"]["shape"] == [64, 4]
+    # Before training: model construction events are at step -1, phase init.
+    init_calls = [c for c in trace.calls() if c["step"] == -1]
+    assert init_calls and all(c["phase"] == "init" for c in init_calls)
+    assert any(c["api"] == "torch.nn.init.kaiming_uniform_" for c in init_calls)
+
+
+def test_state_snapshots_follow_the_parameters(tmp_path):
+    _, trace = _collect(tmp_path, "--steps", "5")
+    var = "model.head.weight"
+    before = trace.states("before:optimizer.step", var)
+    after = trace.states("after:optimizer.step", var)
+    assert [s["step"] for s in after] == list(range(5))
+    step_calls = {c["id"]: c for c in trace.calls("torch.optim.Adam.step")}
+    assert all(s["call"] in step_calls and step_calls[s["call"]]["step"] == s["step"] for s in after)
+    for b, a in zip(before, after, strict=False):
+        assert b["attrs"]["data"]["h"] != a["attrs"]["data"]["h"]  # step changed the data
+        assert b["attrs"]["grad"]["h"] == a["attrs"]["grad"]["h"]  # and not the grad
+        assert a["attrs"]["dtype"] == "float32" and a["attrs"]["shape"] == [4, 32]
+        assert a["attrs"]["requires_grad"] is True and a["owner"] == "model"
+    for prev, nxt in zip(after, before[1:], strict=False):  # nothing else touches data between steps
+        assert prev["attrs"]["data"]["h"] == nxt["attrs"]["data"]["h"]
+    # zero_grad (set_to_none) empties grads that backward then fills with non-zero values.
+    cleared = trace.states("after:zero_grad", var)
+    assert all(s["attrs"]["grad"] is None for s in cleared)
+    filled = trace.states("after:backward", var)
+    assert all(s["attrs"]["grad"] is not None and not s["attrs"]["grad"]["zero"] for s in filled)
+    lr = trace.states("after:optimizer.step", "optimizer.param_groups.0")
+    assert lr and lr[0]["attrs"]["lr"] == 0.01
+    modes = {s["var"]: s["attrs"]["training"] for s in trace.states("after:module.train") if s["step"] == 1}
+    assert modes == {"model": True, "model.backbone": True, "model.backbone.0": True, "model.backbone.1": True,
+                     "model.backbone.2": True, "model.backbone.3": True, "model.head": True}
+
+
+def test_frozen_backbone_keeps_model_names(tmp_path):
+    _, trace = _collect(tmp_path, "--steps", "3", "--freeze-backbone")
+    assert {s["var"] for s in trace.states("after:optimizer.step") if s["vtype"] == "Parameter"} == {
+        "model.head.weight", "model.head.bias"}
+    frozen = [c for c in trace.calls("torch.Tensor.requires_grad_") if c["step"] == -1]
+    # Four backbone tensors frozen before training starts (before the model is known by name).
+    assert [(c["args"]["self"]["shape"], c["args"]["requires_grad"]) for c in frozen] == [
+        ([32, 16], False), ([32], False), ([32, 32], False), ([32], False)]
+
+
+def test_results_are_bit_identical_with_the_agent(tmp_path):
+    args = [cnn_train.__file__, "--steps", "12", "--eval-every", "6"]
+    plain = run_python(args, agent_env(None, None))
+    traced = run_python(args, agent_env("collect", tmp_path / "t"))
+    assert plain.returncode == 0 and traced.returncode == 0, traced.stderr
+    assert _losses(plain.stdout) == _losses(traced.stdout)
+    assert plain.stdout.splitlines()[:-1] == traced.stdout.splitlines()[:-1]  # eval accuracies
+    assert read_traces(tmp_path / "t")[0].calls("torch.nn.functional.dropout")
+
+
+def test_mode_unset_leaves_no_trace(tmp_path):
+    proc = run_python([MLP, "--steps", "2"], agent_env(None, tmp_path / "t"))
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert not (tmp_path / "t").exists()
+
+
+def test_user_exception_passes_through(tmp_path):
+    out = tmp_path / "t"
+    proc = run_python([MLP, "--steps", "5", "--raise-at", "2"], agent_env("collect", out))
+    assert proc.returncode == 1
+    assert proc.stderr.rstrip().endswith("KeyError: 'user error at step 2'")
+    assert 'mlp_train.py", line' in proc.stderr and "[traincheck]" not in proc.stderr
+    trace = read_traces(out)[0]
+    assert [c["step"] for c in trace.calls("torch.optim.Adam.step")] == [0, 1]
+
+
+def test_dataloader_workers_leave_no_traces(tmp_path):
+    out = tmp_path / "t"
+    proc = run_python([cnn_train.__file__, "--steps", "6", "--workers", "2"], agent_env("collect", out))
+    assert proc.returncode == 0, proc.stderr
+    traces = read_traces(out)
+    assert len(traces) == 1 and traces[0].header["pid"] != 0
+    batches = traces[0].calls("torch.utils.data.dataloader._BaseDataLoaderIter.__next__")
+    assert len(batches) == 6
+    images = batches[0]["ret"]["items"][0]
+    assert images["shape"] == [32, 1, 28, 28] and images["fp"]["h"].startswith("x3:")
+    assert len({b["ret"]["items"][0]["fp"]["h"] for b in batches}) == 6
+
+
+def test_sigterm_leaves_a_readable_trace(tmp_path):
+    out = tmp_path / "t"
+    proc = subprocess.Popen([sys.executable, MLP, "--steps", "100000", "--sleep-per-step", "0.05"],
+                            env=agent_env("collect", out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("step 5"):
+                break
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGTERM
+    trace = read_traces(out)[0]
+    assert len(trace.calls("torch.optim.Adam.step")) >= 6
+
+
+def test_torchrun_writes_one_trace_per_rank(tmp_path):
+    out = tmp_path / "t"
+    cmd = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(PIPELINES / "ddp_train.py")]
+    proc = run_python(cmd, agent_env("collect", out, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr
+    traces = sorted(read_traces(out), key=lambda t: t.header["rank"])
+    assert [t.header["rank"] for t in traces] == [0, 1]
+    assert {t.header["world_size"] for t in traces} == {2}
+    assert len({t.header["run_id"] for t in traces}) == 1
+    for rank, trace in enumerate(traces):
+        assert f"_rank{rank}_" in trace.path.name
+        process = [r for r in trace.records if r["kind"] == "process"]
+        assert process and process[0]["rank"] == rank and process[0]["backend"] == "gloo"
+        names = {s["var"] for s in trace.states("after:optimizer.step") if s["vtype"] == "Parameter"}
+        assert names == {"model.0.weight", "model.0.bias", "model.2.weight", "model.2.bias"}
+        assert [c["step"] for c in trace.calls("torch.optim.SGD.step")] == [0, 1, 2, 3]
+    # DDP replicas hold the same parameters at every step.
+    def data(trace):
+        return [(s["step"], s["var"], s["attrs"]["data"]["h"]) for s in trace.states("after:optimizer.step")
+                if s["vtype"] == "Parameter"]
+    assert data(traces[0]) == data(traces[1])

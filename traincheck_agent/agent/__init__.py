@@ -1,0 +1,1 @@
+"""In-process agent: decides at startup whether to instrument this process, then runs there."""

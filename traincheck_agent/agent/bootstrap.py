@@ -1,0 +1,169 @@
+"""Start the agent in this process: called by the startup hook when TRAINCHECK_MODE is set.
+
+Decides the process role first (launchers, tools and compile workers are left alone; launchers
+only hand a shared run id to the ranks they start), then loads the policies and registers
+post-import hooks. Nothing of torch is imported here: the probes are installed when the
+training script imports torch, whenever that happens.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from typing import Any
+
+import wrapt
+
+import traincheck_agent
+from traincheck_agent.agent import runtime
+from traincheck_agent.agent.process_role import ProcessRole, classify
+from traincheck_agent.messages import debug, warn
+from traincheck_agent.policy import load_policies
+from traincheck_agent.policy.loader import default_policy_files
+from traincheck_agent.settings import Settings
+from traincheck_agent.trace.schema import KIND_HEADER, SCHEMA_VERSION
+
+_started = False
+# Hooks of modules that finish importing while torch itself is still importing run before the
+# agent can be active; they wait here until it is.
+_waiting: list[Any] = []
+
+
+def when_active(action: Any) -> None:
+    if runtime.current is not None:
+        action()
+    else:
+        _waiting.append(action)
+
+
+def _run_waiting() -> None:
+    while _waiting:
+        _waiting.pop(0)()
+
+
+def _header(settings: Settings, policy_sources: tuple[str, ...], policy_digest: str) -> dict[str, Any]:
+    from traincheck_agent.agent.dist_info import process_facts
+
+    versions = {"python": platform.python_version(), "agent": traincheck_agent.__version__}
+    for name in ("torch", "deepspeed", "accelerate", "transformers"):
+        mod = sys.modules.get(name)
+        if mod is not None:
+            versions[name] = getattr(mod, "__version__", "?")
+    try:
+        from traincheck_agent.fingerprint import ALGORITHMS
+
+        algorithms = dict(ALGORITHMS)
+    except Exception:
+        algorithms = {}
+    return {
+        "kind": KIND_HEADER,
+        "schema": SCHEMA_VERSION,
+        "run_id": settings.run_id,
+        **process_facts(),
+        "host": settings.host,
+        "pid": os.getpid(),
+        "mode": settings.mode,
+        "started_ns": time.time_ns(),
+        "argv": list(getattr(sys, "orig_argv", sys.argv))[:32],
+        "versions": versions,
+        "policies": [os.path.basename(s) for s in policy_sources],
+        "policy_digest": policy_digest,
+        "fingerprint_algorithms": algorithms,
+    }
+
+
+def _after_fork_in_child() -> None:
+    runtime.reset_thread_state_after_fork()
+    rt = runtime.current
+    if rt is not None:
+        rt.pid = os.getpid()
+        rt.worker_check_pending = True
+
+
+def _on_torch_imported(_module: Any) -> None:
+    rt = runtime.current
+    if rt is None:
+        return
+    try:
+        from traincheck_agent.agent.torch_probes import install_core_probes
+
+        install_core_probes(rt.policy)
+    except Exception as exc:
+        runtime.deactivate(f"cannot instrument torch ({type(exc).__name__}: {exc})")
+
+
+def _on_distributed_imported(module: Any) -> None:
+    def install() -> None:
+        if runtime.current is None:
+            return
+        try:
+            from traincheck_agent.agent.torch_probes import install_distributed_probes
+
+            install_distributed_probes(module)
+        except Exception as exc:
+            warn(f"cannot instrument {module.__name__} ({type(exc).__name__}: {exc})")
+
+    when_active(install)
+
+
+def start(mode: str) -> None:
+    """Activate the agent for ``mode`` ('collect' or 'check'); idempotent."""
+    global _started
+    if _started:
+        return
+    _started = True
+    settings = Settings.from_env(mode=mode)
+    role, reason = classify(extra_skip=settings.skip_programs)
+    if role is ProcessRole.LAUNCHER:
+        # Every rank this launcher starts inherits the same run id.
+        os.environ.setdefault("TRAINCHECK_RUN_ID", settings.run_id)
+        debug(f"launcher process ({reason}): run id {os.environ['TRAINCHECK_RUN_ID']}")
+        return
+    if role in (ProcessRole.TOOL, ProcessRole.COMPILE_WORKER):
+        debug(f"not instrumenting this process ({role.name.lower()}: {reason})")
+        return
+    if mode == "check":
+        warn("check mode is not available in this version; the agent stays off")
+        return
+
+    files = (default_policy_files() if settings.use_default_policies else []) + list(settings.policy_files)
+    policy, _problems = load_policies(files, report=lambda problem: warn(str(problem)))
+
+    from traincheck_agent.agent.clock import TrainingClock
+    from traincheck_agent.agent.trace_writer import TraceWriter, install_flush_on_exit
+
+    writer = TraceWriter(
+        settings.out_dir,
+        lambda: _header(settings, policy.sources, policy.digest),
+        flush_interval_s=settings.flush_interval_s,
+        flush_max_records=settings.flush_max_records,
+    )
+    install_flush_on_exit(writer)
+
+    def activate_with_torch(torch_module: Any) -> None:
+        # The registry and the probe need torch; build them once it is imported.
+        # Import every agent module that needs torch *before* activating: importing them can
+        # finish imports that fire other post-import hooks, which must find them complete.
+        from traincheck_agent.agent import policy_patcher, torch_probes  # noqa: F401
+        from traincheck_agent.agent.model_registry import ModelRegistry
+        from traincheck_agent.agent.state_probe import StateProbe
+
+        clock = TrainingClock()
+        registry = ModelRegistry()
+        probe = StateProbe(policy, registry, clock, writer.emit)
+        rt = runtime.Runtime(settings, policy, writer, clock, registry, probe)
+        rt.worker_check_pending = role is ProcessRole.SPAWN_CHILD
+        runtime.activate(rt)
+        _on_torch_imported(torch_module)
+        _run_waiting()
+
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+    wrapt.register_post_import_hook(activate_with_torch, "torch")
+    wrapt.register_post_import_hook(_on_distributed_imported, "torch.distributed")
+    wrapt.register_post_import_hook(_on_distributed_imported, "torch.nn.parallel")
+    from traincheck_agent.agent.policy_patcher import install_policy_hooks
+
+    install_policy_hooks(policy, when_active)
+    debug(f"collect mode active (run {settings.run_id}, policies: {', '.join(policy.sources)})")

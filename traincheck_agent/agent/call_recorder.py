@@ -1,0 +1,170 @@
+"""The wrapper every instrumented API runs through, and the record it writes per call.
+
+The order inside a wrapper matters:
+1. pass straight through when the agent is off, or when the agent itself is the caller
+   (``thread_state.busy``), so the agent never records its own tensor operations;
+2. agent work before the call (descriptors, ``before`` state) is guarded: an error there is
+   counted and reported, and the user's call still happens exactly once;
+3. the user's call runs outside any try/except of ours that could change what it raises: its
+   exception propagates unchanged (we only note its type);
+4. agent work after the call is guarded the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from threading import get_ident
+from typing import Any
+
+import torch
+
+from traincheck_agent.agent import runtime
+from traincheck_agent.agent.descriptors import describe, describe_args, parameter_names
+from traincheck_agent.agent.patching import TracedFunction  # noqa: F401  (re-export)
+from traincheck_agent.policy.model import DESCRIBE_NONE
+from traincheck_agent.trace.schema import KIND_CALL
+
+Hook = Callable[["CallContext"], None]
+
+
+class CallContext:
+    """What the before/after hooks of a call see."""
+
+    __slots__ = ("call_id", "api", "instance", "args", "kwargs", "result", "exc", "step", "record")
+
+    def __init__(self, call_id: int, api: str, instance: Any, args: tuple, kwargs: dict, step: int) -> None:
+        self.call_id = call_id
+        self.api = api
+        self.instance = instance
+        self.args = args
+        self.kwargs = kwargs
+        self.result: Any = None
+        self.exc: BaseException | None = None
+        self.step = step
+        self.record = True  # a ``before`` hook may turn recording of this call off
+
+
+def active_context() -> dict[str, Any] | None:
+    """Execution context worth recording (only what is not the default)."""
+    ctx: dict[str, Any] = {}
+    if not torch.is_grad_enabled():
+        ctx["grad"] = False
+    if torch.is_inference_mode_enabled():
+        ctx["inference"] = True
+    for device in ("cpu", "cuda"):
+        try:
+            if torch.is_autocast_enabled(device):
+                ctx["autocast"] = f"{device}:{str(torch.get_autocast_dtype(device)).replace('torch.', '')}"
+        except (RuntimeError, TypeError):
+            continue
+    return ctx or None
+
+
+def make_call_wrapper(
+    api: str | Callable[[Any], str],
+    *,
+    args_level: str,
+    returns_level: str,
+    func_for_names: Callable[..., Any] | None = None,
+    is_method: bool = False,
+    before: Hook | None = None,
+    after: Hook | None = None,
+    record: bool = True,
+    describe_self: bool = True,
+) -> Callable[..., Any]:
+    """Build the wrapt wrapper function for one API.
+
+    ``api`` is the recorded name, or a function of the instance (e.g. the module's class).
+    ``before`` / ``after`` run agent logic around the call (state snapshots, clock updates);
+    ``after`` runs also when the call raised (``ctx.exc`` is set), so it can undo what
+    ``before`` started.
+    """
+    arg_names = parameter_names(func_for_names, is_method) if func_for_names is not None else None
+    state = runtime.thread_state
+    time_ns = time.time_ns
+
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        rt = runtime.current
+        if rt is None or state.busy:
+            return wrapped(*args, **kwargs)
+        if rt.worker_check_pending and not rt.check_worker_role():
+            return wrapped(*args, **kwargs)
+
+        ctx = None
+        record_fields = None
+        state.busy = True
+        try:
+            name = api if isinstance(api, str) else api(instance)
+            ctx = CallContext(runtime.next_call_id(), name, instance, args, kwargs, rt.clock.step)
+            if before is not None:
+                before(ctx)
+            ctx.step = rt.clock.step
+            if record and ctx.record:
+                registry = rt.registry
+                described = describe_args(arg_names, args, kwargs, args_level, registry.param_names, registry.module_names)
+                if describe_self and instance is not None and args_level != DESCRIBE_NONE:
+                    described = {"self": describe(instance, args_level, registry.param_names, registry.module_names), **described}
+                grad = torch.is_grad_enabled()
+                record_fields = {
+                    "kind": KIND_CALL,
+                    "id": ctx.call_id,
+                    "parent": state.stack[-1] if state.stack else None,
+                    "thread": get_ident(),
+                    "api": name,
+                    "step": ctx.step,
+                    "phase": rt.clock.phase(grad),
+                    "args": described,
+                }
+                extra = active_context()
+                if extra is not None:
+                    record_fields["ctx"] = extra
+        except Exception as exc:  # agent fault: the user's call still runs
+            rt.agent_error("call-prologue", exc)
+        finally:
+            state.busy = False
+
+        if ctx is None:
+            return wrapped(*args, **kwargs)
+
+        stack = state.stack
+        stack.append(ctx.call_id)
+        t0 = time_ns()
+        try:
+            result = wrapped(*args, **kwargs)
+            ctx.result = result
+        except BaseException as exc:
+            ctx.exc = exc
+            raise
+        finally:
+            t1 = time_ns()
+            if stack and stack[-1] == ctx.call_id:
+                stack.pop()
+            _epilogue(ctx, record_fields, t0, t1, returns_level, after)
+        return result
+
+    def _epilogue(ctx: CallContext, fields: dict | None, t0: int, t1: int, level: str, hook: Hook | None) -> None:
+        rt = runtime.current
+        if rt is None:
+            return
+        state.busy = True
+        try:
+            if hook is not None:
+                hook(ctx)
+            if fields is not None:
+                fields["t0_ns"] = t0
+                fields["t1_ns"] = t1
+                fields["exc"] = type(ctx.exc).__name__ if ctx.exc is not None else None
+                if level != DESCRIBE_NONE and ctx.exc is None:
+                    registry = rt.registry
+                    fields["ret"] = describe(ctx.result, level, registry.param_names, registry.module_names)
+                rt.emit(fields)
+            if not state.stack:
+                rt.clock.advance_if_pending()
+        except Exception as exc:
+            rt.agent_error("call-epilogue", exc)
+        finally:
+            state.busy = False
+
+    return wrapper
+

@@ -1,0 +1,129 @@
+"""Descriptors: what a trace records about an argument or a return value.
+
+Never a tensor's values: type, shape, dtype, device, requires_grad and, when the policy asks
+for it, a fingerprint. Scalars are recorded as they are (strings cut short). Containers are
+described up to a few items. Everything here runs on the training thread, so it is kept to
+attribute reads and small dicts.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from traincheck_agent.fingerprint import fingerprint_tensor
+from traincheck_agent.policy.model import DESCRIBE_FINGERPRINT, DESCRIBE_NONE
+
+MAX_ITEMS = 8
+MAX_STR = 200
+MAX_DEPTH = 2
+
+_dtype_names: dict[torch.dtype, str] = {}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = _dtype_names[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
+def describe_tensor(t: torch.Tensor, names: dict[int, str], level: str) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "t": "Parameter" if isinstance(t, torch.nn.Parameter) else "Tensor",
+        "shape": list(t.shape),
+        "dtype": dtype_name(t.dtype),
+        "device": str(t.device),
+        "rg": t.requires_grad,
+        "oid": id(t),
+    }
+    name = names.get(id(t))
+    if name is not None:
+        out["name"] = name
+    if level == DESCRIBE_FINGERPRINT:
+        out["fp"] = fingerprint_tensor(t)
+    return out
+
+
+def describe(value: Any, level: str, names: dict[int, str], module_names: dict[int, str], depth: int = 0) -> Any:
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return value if len(value) <= MAX_STR else value[:MAX_STR] + "..."
+    if isinstance(value, torch.Tensor):
+        return describe_tensor(value, names, level)
+    if isinstance(value, torch.nn.Module):
+        out = {"t": type(value).__name__, "training": value.training}
+        name = module_names.get(id(value))
+        if name is not None:
+            out["name"] = name
+        return out
+    if isinstance(value, (torch.dtype, torch.device)):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        out = {"t": type(value).__name__, "len": len(value)}
+        if depth < MAX_DEPTH:
+            out["items"] = [describe(v, level, names, module_names, depth + 1) for v in value[:MAX_ITEMS]]
+        return out
+    if isinstance(value, dict):
+        out = {"t": "dict", "len": len(value)}
+        if depth < MAX_DEPTH:
+            out["items"] = {
+                str(k): describe(v, level, names, module_names, depth + 1)
+                for k, v in list(value.items())[:MAX_ITEMS]
+            }
+        return out
+    return {"t": type(value).__name__}
+
+
+def parameter_names(func: Callable[..., Any], bound_method: bool) -> tuple[str, ...] | None:
+    """Positional parameter names of ``func`` (without ``self`` for methods), or None when the
+    signature cannot be read (C functions)."""
+    try:
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return _names_from_docstring(func)
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if bound_method and names and names[0] in ("self", "cls"):
+        names = names[1:]
+    return tuple(names)
+
+
+def _names_from_docstring(func: Callable[..., Any]) -> tuple[str, ...] | None:
+    """torch's C functions document their signature on the docstring's first line, e.g.
+    ``normal_(mean=0, std=1, *, generator=None) -> Tensor``: read the positional names."""
+    doc = (getattr(func, "__doc__", None) or "").strip()
+    first = doc.splitlines()[0] if doc else ""
+    name = getattr(func, "__name__", "")
+    if not name or not first.startswith(f"{name}(") or ")" not in first:
+        return None
+    names = []
+    for part in first[len(name) + 1 : first.index(")")].split(","):
+        part = part.strip().split("=")[0].strip()
+        if part in ("*", "") or part.startswith("*"):
+            break
+        if part.isidentifier():
+            names.append(part)
+    return tuple(names)
+
+
+def describe_args(
+    arg_names: Sequence[str] | None,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    level: str,
+    names: dict[int, str],
+    module_names: dict[int, str],
+) -> dict[str, Any]:
+    if level == DESCRIBE_NONE:
+        return {}
+    out: dict[str, Any] = {}
+    for i, value in enumerate(args):
+        key = arg_names[i] if arg_names is not None and i < len(arg_names) else str(i)
+        out[key] = describe(value, level, names, module_names)
+    for key, value in kwargs.items():
+        out[key] = describe(value, level, names, module_names)
+    return out

@@ -1,0 +1,84 @@
+"""Names for models and optimizers, found without user code.
+
+The user's script never tells the agent what its model is called. The name a user would
+recognise is the variable that holds the object in the frame that uses it (``model``,
+``self.optimizer`` -> ``optimizer``). Frames of torch, wrapt and the agent are skipped; when no
+binding is found the class name is used. The same script gives the same names on every rank
+and in every run, which is what makes names comparable across traces.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import FrameType
+
+import wrapt
+
+import traincheck_agent
+
+_SKIP_DIRS: tuple[str, ...] = ()
+MAX_FRAMES = 12
+
+
+def _skip_dirs() -> tuple[str, ...]:
+    global _SKIP_DIRS
+    if not _SKIP_DIRS:
+        import torch
+
+        dirs = [torch.__file__, wrapt.__file__, traincheck_agent.__file__]
+        _SKIP_DIRS = tuple(os.path.dirname(os.path.abspath(d)) + os.sep for d in dirs)
+    return _SKIP_DIRS
+
+
+def first_user_frame(depth: int = 1) -> FrameType | None:
+    frame: FrameType | None = sys._getframe(depth)
+    skip = _skip_dirs()
+    while frame is not None and frame.f_code.co_filename.startswith(skip):
+        frame = frame.f_back
+    return frame
+
+
+def binding_name(obj: object, frame: FrameType | None) -> str | None:
+    """The name bound to ``obj`` in ``frame`` or its callers (locals, ``self`` attributes,
+    globals), or None."""
+    for _ in range(MAX_FRAMES):
+        if frame is None:
+            return None
+        local_vars = frame.f_locals
+        for name, value in local_vars.items():
+            if value is obj and not name.startswith("_"):
+                return name
+        owner = local_vars.get("self")
+        if owner is not None:
+            try:
+                attrs = vars(owner)
+            except TypeError:
+                attrs = {}
+            for name, value in attrs.items():
+                if value is obj and not name.startswith("_"):
+                    return name
+        for name, value in frame.f_globals.items():
+            if value is obj and not name.startswith("_"):
+                return name
+        frame = frame.f_back
+    return None
+
+
+def class_based_name(obj: object) -> str:
+    return type(obj).__name__.lower()
+
+
+class NameBook:
+    """Hands out unique names: a second object wanting a taken name gets ``name_2``."""
+
+    def __init__(self) -> None:
+        self._owner_of: dict[str, int] = {}
+
+    def claim(self, wanted: str, obj: object) -> str:
+        name, n = wanted, 1
+        while self._owner_of.get(name, id(obj)) != id(obj):
+            n += 1
+            name = f"{wanted}_{n}"
+        self._owner_of[name] = id(obj)
+        return name

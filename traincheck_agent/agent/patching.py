@@ -1,0 +1,37 @@
+"""Wrapping primitives (wrapt only, no torch): our marker class and idempotent patching."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import wrapt
+
+
+def _resolve_qualified(module: str, qualname: str) -> Any:
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class TracedFunction(wrapt.FunctionWrapper):
+    """A wrapt wrapper that marks our instrumentation and pickles as the name it replaced, so
+    ``torch.save`` / spawn pickling of objects that reference a wrapped function keep working."""
+
+    def __reduce_ex__(self, protocol: int) -> Any:
+        wrapped = self.__wrapped__
+        return _resolve_qualified, (wrapped.__module__, wrapped.__qualname__)
+
+
+def is_traced(obj: Any) -> bool:
+    return isinstance(obj, TracedFunction)
+
+
+def wrap_attribute(owner: Any, attr: str, wrapper: Any) -> bool:
+    """Wrap ``owner.attr`` once; returns False if it is already ours."""
+    current = vars(owner).get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
+    if is_traced(current):
+        return False
+    wrapt.wrap_object(owner, attr, TracedFunction, (wrapper,))
+    return True

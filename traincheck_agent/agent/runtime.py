@@ -1,0 +1,104 @@
+"""The agent's per-process state: one ``Runtime`` while the agent is active, else ``None``.
+
+Wrappers read ``runtime.current`` on every call, so switching the agent off (error budget,
+DataLoader worker, fork child) is a single assignment and the wrapped APIs fall back to plain
+pass-through calls.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from traincheck_agent.messages import warn, warn_once
+
+if TYPE_CHECKING:
+    from traincheck_agent.agent.clock import TrainingClock
+    from traincheck_agent.agent.model_registry import ModelRegistry
+    from traincheck_agent.agent.state_probe import StateProbe
+    from traincheck_agent.agent.trace_writer import TraceWriter
+    from traincheck_agent.policy import Policy
+    from traincheck_agent.settings import Settings
+
+ERROR_BUDGET = 50
+
+current: Runtime | None = None
+
+
+class _ThreadState(threading.local):
+    """Per-thread call stack of recorded call ids, and a flag set while agent code runs so
+    that tensor operations done by the agent itself are never recorded."""
+
+    def __init__(self) -> None:
+        self.stack: list[int] = []
+        self.busy = False
+
+
+thread_state = _ThreadState()
+_call_ids = itertools.count(1)
+
+
+def next_call_id() -> int:
+    return next(_call_ids)
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    policy: Policy
+    writer: TraceWriter
+    clock: TrainingClock
+    registry: ModelRegistry
+    probe: StateProbe
+    pid: int = field(default_factory=os.getpid)
+    # Set in processes that may turn out to be DataLoader workers (fork or spawn children).
+    worker_check_pending: bool = False
+    errors: int = 0
+    _error_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def emit(self, record: dict[str, Any]) -> None:
+        self.writer.emit(record)
+
+    def agent_error(self, stage: str, exc: BaseException) -> None:
+        """Count an error raised by the agent's own logic; past the budget, switch off."""
+        with self._error_lock:
+            self.errors += 1
+            over_budget = self.errors > ERROR_BUDGET
+        warn_once(f"agent-error:{stage}", f"agent error in {stage} ({type(exc).__name__}: {exc}); "
+                  "the training continues, this stage may record less")
+        if over_budget:
+            deactivate(f"more than {ERROR_BUDGET} agent errors")
+
+    def check_worker_role(self) -> bool:
+        """In a child process: return False (and switch off) if this is a DataLoader worker."""
+        self.worker_check_pending = False
+        try:
+            from torch.utils.data import get_worker_info
+        except Exception:  # torch not importable in this child: nothing to record anyway
+            return True
+        if get_worker_info() is not None:
+            deactivate(None)
+            return False
+        return True
+
+
+def activate(rt: Runtime) -> None:
+    global current
+    current = rt
+
+
+def deactivate(reason: str | None) -> None:
+    """Stop recording in this process. The writer keeps what was already recorded."""
+    global current
+    rt, current = current, None
+    if rt is not None and reason:
+        warn(f"agent switched off in this process: {reason}")
+
+
+def reset_thread_state_after_fork() -> None:
+    """The forking thread's call stack is meaningless in the child."""
+    thread_state.stack = []
+    thread_state.busy = False

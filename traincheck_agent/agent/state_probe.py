@@ -1,0 +1,189 @@
+"""State snapshots: the data and grads of parameters, optimizer state and module modes at
+the points the policy names (``before:optimizer.step``, ``after:backward`` ...).
+
+All tensors of one snapshot are fingerprinted in one batched call (one kernel launch group on
+CUDA). Snapshots are taken on the training thread because the state changes right after.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from traincheck_agent.agent.clock import TrainingClock
+from traincheck_agent.agent.descriptors import dtype_name
+from traincheck_agent.agent.model_registry import ModelRegistry
+from traincheck_agent.fingerprint import fingerprint_tensors
+from traincheck_agent.policy.model import Policy, StateRule
+from traincheck_agent.trace.schema import KIND_STATE
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+def _optimizer_params(optimizer: torch.optim.Optimizer) -> list[tuple[int, int, torch.Tensor]]:
+    out = []
+    for gi, group in enumerate(optimizer.param_groups):
+        for pi, p in enumerate(group.get("params", ())):
+            if isinstance(p, torch.Tensor):
+                out.append((gi, pi, p))
+    return out
+
+
+def _scalar_hyperparams(group: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in group.items():
+        if key == "params":
+            continue
+        if isinstance(value, (bool, int, float, str)) or value is None:
+            out[key] = value
+        elif isinstance(value, torch.Tensor) and value.numel() == 1:
+            out[key] = value.item() if value.device.type == "cpu" else None
+        elif isinstance(value, (tuple, list)) and all(isinstance(v, (int, float)) for v in value):
+            out[key] = list(value)
+    return out
+
+
+class StateProbe:
+    def __init__(self, policy: Policy, registry: ModelRegistry, clock: TrainingClock, emit: Emit) -> None:
+        self.policy = policy
+        self.registry = registry
+        self.clock = clock
+        self.emit = emit
+        self._unnamed_seen = False
+
+    def wants(self, when: str, event: str) -> StateRule | None:
+        rule = self.policy.state_rule(when, event)
+        if rule is None or not self.policy.sampling.wants(max(self.clock.step, 0)):
+            return None
+        return rule
+
+    # -- entry points used by the probes ---------------------------------------------------
+    def snapshot(
+        self,
+        when: str,
+        event: str,
+        call_id: int | None,
+        *,
+        optimizer: torch.optim.Optimizer | None = None,
+        module: torch.nn.Module | None = None,
+    ) -> None:
+        rule = self.wants(when, event)
+        if rule is None:
+            return
+        where = f"{when}:{event}"
+        base = {
+            "kind": KIND_STATE,
+            "where": where,
+            "call": call_id,
+            "step": self.clock.step,
+            "phase": self.clock.phase(torch.is_grad_enabled()),
+            "t_ns": time.time_ns(),
+        }
+        items = rule.items
+        if "params.data" in items or "params.grad" in items:
+            self._params(base, items, self._select_params(optimizer, module))
+        if optimizer is not None and "optimizer.hyperparams" in items:
+            self._hyperparams(base, optimizer)
+        if optimizer is not None and "optimizer.state" in items:
+            self._optimizer_state(base, optimizer)
+        if "module.mode" in items:
+            self._module_modes(base, module)
+
+    # -- what to look at -------------------------------------------------------------------
+    def _select_params(
+        self, optimizer: torch.optim.Optimizer | None, module: torch.nn.Module | None
+    ) -> list[tuple[str, torch.Tensor]]:
+        registry = self.registry
+        if optimizer is not None:
+            opt_name = registry.optimizer_name(optimizer)
+            selected = []
+            for gi, pi, p in _optimizer_params(optimizer):
+                name = registry.param_name(p)
+                if name is None and not self._unnamed_seen:
+                    self._unnamed_seen = True
+                    registry.refresh()
+                    name = registry.param_name(p)
+                selected.append((name or f"{opt_name}.param_groups.{gi}.{pi}", p))
+            return selected
+        if module is not None:
+            return [(registry.param_name(p) or n, p) for n, p in module.named_parameters()]
+        seen: set[int] = set()
+        selected = []
+        for root_name, root in registry.roots():
+            for n, p in root.named_parameters():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    selected.append((registry.param_name(p) or f"{root_name}.{n}", p))
+        return selected
+
+    def _params(self, base: dict[str, Any], items: Iterable[str], params: list[tuple[str, torch.Tensor]]) -> None:
+        want_data = "params.data" in items
+        want_grad = "params.grad" in items
+        tensors: list[torch.Tensor] = []
+        for _, p in params:
+            if want_data:
+                tensors.append(p.detach())
+            if want_grad and p.grad is not None:
+                tensors.append(p.grad.detach())
+        fps = iter(fingerprint_tensors(tensors))
+        extra_attrs = self.policy.param_attributes
+        owners = self.registry.param_owner
+        for name, p in params:
+            attrs: dict[str, Any] = {
+                "dtype": dtype_name(p.dtype),
+                "shape": list(p.shape),
+                "device": str(p.device),
+                "requires_grad": p.requires_grad,
+            }
+            if want_data:
+                attrs["data"] = next(fps)
+            if want_grad:
+                attrs["grad"] = next(fps) if p.grad is not None else None
+            for attr in extra_attrs:
+                value = getattr(p, attr, None)
+                if value is not None and isinstance(value, (bool, int, float, str)):
+                    attrs[attr] = value
+            record = dict(base, var=name, vtype=type(p).__name__, attrs=attrs)
+            owner = owners.get(id(p))
+            if owner is not None:
+                record["owner"] = owner
+            self.emit(record)
+
+    def _hyperparams(self, base: dict[str, Any], optimizer: torch.optim.Optimizer) -> None:
+        opt_name = self.registry.optimizer_name(optimizer)
+        for gi, group in enumerate(optimizer.param_groups):
+            self.emit(dict(base, var=f"{opt_name}.param_groups.{gi}", vtype="param_group",
+                           owner=opt_name, attrs=_scalar_hyperparams(group)))
+
+    def _optimizer_state(self, base: dict[str, Any], optimizer: torch.optim.Optimizer) -> None:
+        opt_name = self.registry.optimizer_name(optimizer)
+        entries: list[tuple[str, str, torch.Tensor]] = []
+        scalars: dict[str, dict[str, Any]] = {}
+        for gi, pi, p in _optimizer_params(optimizer):
+            pstate = optimizer.state.get(p)
+            if not pstate:
+                continue
+            pname = self.registry.param_name(p) or f"param_groups.{gi}.{pi}"
+            for key, value in pstate.items():
+                if isinstance(value, torch.Tensor) and value.numel() > 1:
+                    entries.append((pname, key, value.detach()))
+                elif isinstance(value, torch.Tensor):
+                    scalars.setdefault(pname, {})[key] = value.item() if value.device.type == "cpu" else None
+                elif isinstance(value, (int, float, bool)):
+                    scalars.setdefault(pname, {})[key] = value
+        fps = fingerprint_tensors([t for _, _, t in entries])
+        for (pname, key, tensor), fp in zip(entries, fps, strict=False):
+            self.emit(dict(base, var=f"{opt_name}.state.{pname}.{key}", vtype="optimizer_state", owner=opt_name,
+                           attrs={"data": fp, "dtype": dtype_name(tensor.dtype), "shape": list(tensor.shape)}))
+        for pname, values in scalars.items():
+            self.emit(dict(base, var=f"{opt_name}.state.{pname}", vtype="optimizer_state", owner=opt_name, attrs=values))
+
+    def _module_modes(self, base: dict[str, Any], module: torch.nn.Module | None) -> None:
+        roots = [(self.registry.module_names.get(id(module), type(module).__name__.lower()), module)] if module is not None else self.registry.roots()
+        for root_name, root in roots:
+            for sub_name, sub in root.named_modules():
+                var = self.registry.module_names.get(id(sub)) or (f"{root_name}.{sub_name}" if sub_name else root_name)
+                self.emit(dict(base, var=var, vtype=type(sub).__name__, attrs={"training": sub.training}))

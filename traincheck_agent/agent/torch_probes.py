@@ -1,0 +1,229 @@
+"""The core probes on torch that every mode needs, whatever the policy lists.
+
+They drive the training clock (step, phase), find models and optimizers, and take the state
+snapshots the policy asks for around optimizer steps, ``zero_grad``, ``backward`` and
+``Module.train``. Optimizer ``step`` / ``zero_grad`` are wrapped per optimizer class when the
+first instance is built (``Optimizer.__init__`` is seen for every optimizer, user-defined ones
+included), after torch has installed its own step hook, so ours is the outermost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from traincheck_agent.agent import runtime
+from traincheck_agent.agent.api_names import defining_class, public_class_name
+from traincheck_agent.agent.call_recorder import CallContext, make_call_wrapper
+from traincheck_agent.agent.naming import first_user_frame
+from traincheck_agent.agent.patching import is_traced, wrap_attribute
+from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY, Policy
+
+_depths = runtime.thread_state  # per-thread counters live next to the call stack
+
+
+def _enter(kind: str) -> bool:
+    """Count one more open call of ``kind`` on this thread; True if it is the outermost."""
+    depth = getattr(_depths, kind, 0)
+    setattr(_depths, kind, depth + 1)
+    return depth == 0
+
+
+def _leave(kind: str) -> bool:
+    depth = getattr(_depths, kind, 1) - 1
+    setattr(_depths, kind, max(depth, 0))
+    return depth <= 0
+
+
+def _rt() -> runtime.Runtime:
+    rt = runtime.current
+    assert rt is not None  # hooks only run while the agent is active
+    return rt
+
+
+# -- nn.Module ------------------------------------------------------------------------------
+def _module_api(instance: Any) -> str:
+    return f"{public_class_name(type(instance))}.forward"
+
+
+def _module_before(ctx: CallContext) -> None:
+    module = ctx.instance
+    if not _enter("module_calls"):
+        return
+    rt = _rt()
+    if not rt.registry.knows_module(module):
+        rt.registry.register_root(module, first_user_frame())
+    rt.clock.model_training = module.training
+    if module.training and torch.is_grad_enabled():
+        rt.clock.start_training()
+
+
+def _module_after(ctx: CallContext) -> None:
+    _leave("module_calls")
+
+
+def _train_before(ctx: CallContext) -> None:
+    # Module.train recurses into every child; the outermost call is the user's action, the
+    # children's modes are captured by the state snapshot after it.
+    ctx.record = _enter("train_calls")
+
+
+def _train_after(ctx: CallContext) -> None:
+    if not _leave("train_calls") or ctx.exc is not None:
+        return
+    rt = _rt()
+    module = ctx.instance
+    if rt.registry.root_name_of(module) is not None or not rt.registry.knows_module(module):
+        rt.clock.model_training = module.training
+    rt.probe.snapshot("after", "module.train", ctx.call_id, module=module)
+
+
+# -- optimizers -----------------------------------------------------------------------------
+def _name_optimizer(opt: Any) -> None:
+    registry = _rt().registry
+    if not registry.has_optimizer_name(opt):
+        registry.optimizer_name(opt, first_user_frame())
+
+
+def _step_before(ctx: CallContext) -> None:
+    outermost = _enter("optimizer_steps")
+    rt = _rt()
+    rt.clock.start_training()
+    _name_optimizer(ctx.instance)
+    if outermost:
+        rt.probe.snapshot("before", "optimizer.step", ctx.call_id, optimizer=ctx.instance)
+
+
+def _step_after(ctx: CallContext) -> None:
+    if not _leave("optimizer_steps") or ctx.exc is not None:
+        return
+    rt = _rt()
+    rt.probe.snapshot("after", "optimizer.step", ctx.call_id, optimizer=ctx.instance)
+    rt.clock.optimizer_step_finished(ctx.instance)
+
+
+def _zero_grad_before(ctx: CallContext) -> None:
+    outermost = _enter("zero_grads")
+    _rt().clock.start_training()
+    target = ctx.instance
+    is_optimizer = isinstance(target, torch.optim.Optimizer)
+    if is_optimizer:
+        _name_optimizer(target)
+    if outermost:
+        _rt().probe.snapshot("before", "zero_grad", ctx.call_id,
+                             optimizer=target if is_optimizer else None,
+                             module=None if is_optimizer else target)
+
+
+def _zero_grad_after(ctx: CallContext) -> None:
+    if not _leave("zero_grads") or ctx.exc is not None:
+        return
+    target = ctx.instance
+    is_optimizer = isinstance(target, torch.optim.Optimizer)
+    _rt().probe.snapshot("after", "zero_grad", ctx.call_id,
+                         optimizer=target if is_optimizer else None,
+                         module=None if is_optimizer else target)
+
+
+def _wrap_optimizer_method(cls: type, attr: str, before: Any, after: Any) -> None:
+    owner = defining_class(cls, attr)
+    if owner is None or owner is object or is_traced(vars(owner)[attr]):
+        return
+    wrapper = make_call_wrapper(
+        f"{public_class_name(owner)}.{attr}",
+        args_level=DESCRIBE_SUMMARY,
+        returns_level=DESCRIBE_NONE,
+        before=before,
+        after=after,
+    )
+    wrap_attribute(owner, attr, wrapper)
+
+
+def _optimizer_init_after(ctx: CallContext) -> None:
+    if ctx.exc is not None:
+        return
+    opt = ctx.instance
+    rt = _rt()
+    params = [p for group in opt.param_groups for p in group.get("params", ()) if isinstance(p, torch.Tensor)]
+    rt.registry.register_roots_for_params(params, first_user_frame())
+    _wrap_optimizer_method(type(opt), "step", _step_before, _step_after)
+    _wrap_optimizer_method(type(opt), "zero_grad", _zero_grad_before, _zero_grad_after)
+
+
+# -- backward -------------------------------------------------------------------------------
+def _backward_before(ctx: CallContext) -> None:
+    outermost = _enter("backwards")
+    rt = _rt()
+    rt.clock.start_training()
+    if outermost:
+        rt.probe.snapshot("before", "backward", ctx.call_id)
+
+
+def _backward_after(ctx: CallContext) -> None:
+    if _leave("backwards") and ctx.exc is None:
+        _rt().probe.snapshot("after", "backward", ctx.call_id)
+
+
+# -- distributed ----------------------------------------------------------------------------
+def _ddp_init_after(ctx: CallContext) -> None:
+    if ctx.exc is None:
+        inner = getattr(ctx.instance, "module", None)
+        if isinstance(inner, torch.nn.Module):
+            _rt().registry.register_root(ctx.instance, first_user_frame(), alias=ctx.instance)
+
+
+def _init_process_group_after(ctx: CallContext) -> None:
+    if ctx.exc is None:
+        from traincheck_agent.agent.dist_info import distributed_update
+
+        _rt().emit(distributed_update())
+
+
+def install_core_probes(policy: Policy) -> None:
+    """Wrap the torch entry points the clock, the registry and the state probe rely on."""
+    module_cls = torch.nn.Module
+    wrap_attribute(module_cls, "__call__", make_call_wrapper(
+        _module_api, args_level=DESCRIBE_SUMMARY, returns_level=DESCRIBE_SUMMARY,
+        before=_module_before, after=_module_after, record=policy.record_module_calls,
+    ))
+    wrap_attribute(module_cls, "train", make_call_wrapper(
+        "torch.nn.Module.train", args_level=DESCRIBE_SUMMARY, returns_level=DESCRIBE_NONE,
+        func_for_names=module_cls.train, is_method=True, before=_train_before, after=_train_after,
+    ))
+    wrap_attribute(module_cls, "zero_grad", make_call_wrapper(
+        "torch.nn.Module.zero_grad", args_level=DESCRIBE_SUMMARY, returns_level=DESCRIBE_NONE,
+        func_for_names=module_cls.zero_grad, is_method=True,
+        before=_zero_grad_before, after=_zero_grad_after,
+    ))
+    wrap_attribute(torch.optim.Optimizer, "__init__", make_call_wrapper(
+        "torch.optim.Optimizer.__init__", args_level=DESCRIBE_NONE, returns_level=DESCRIBE_NONE,
+        after=_optimizer_init_after, record=False,
+    ))
+    wrap_attribute(torch.Tensor, "backward", make_call_wrapper(
+        "torch.Tensor.backward", args_level=DESCRIBE_SUMMARY, returns_level=DESCRIBE_NONE,
+        func_for_names=torch.Tensor.backward, is_method=True,
+        before=_backward_before, after=_backward_after,
+    ))
+    wrap_attribute(torch.autograd, "backward", make_call_wrapper(
+        "torch.autograd.backward", args_level=DESCRIBE_SUMMARY, returns_level=DESCRIBE_NONE,
+        func_for_names=torch.autograd.backward,
+        before=_backward_before, after=_backward_after,
+    ))
+
+
+def install_distributed_probes(module: Any) -> None:
+    """Called when ``torch.distributed`` / DDP are imported."""
+    if getattr(module, "__name__", "") == "torch.distributed" and hasattr(module, "init_process_group"):
+        wrap_attribute(module, "init_process_group", make_call_wrapper(
+            "torch.distributed.init_process_group", args_level=DESCRIBE_SUMMARY,
+            returns_level=DESCRIBE_NONE, func_for_names=module.init_process_group,
+            after=_init_process_group_after,
+        ))
+    ddp = getattr(module, "DistributedDataParallel", None)
+    if isinstance(ddp, type):
+        wrap_attribute(ddp, "__init__", make_call_wrapper(
+            "torch.nn.parallel.DistributedDataParallel.__init__", args_level=DESCRIBE_SUMMARY,
+            returns_level=DESCRIBE_NONE, func_for_names=ddp.__init__, is_method=True,
+            after=_ddp_init_after,
+        ))

@@ -1,0 +1,408 @@
+"""The per-process trace writer: the training thread appends, a daemon thread writes.
+
+``emit`` is on the training hot path, so it only appends the record to a list (atomic under the
+GIL) and, when the list is long, sets an Event. Serialisation with orjson and all file I/O happen
+on a background daemon thread or in an explicit ``flush``. The writer takes records off the
+*front* of the same list (``buf[:n]`` then ``del buf[:n]``), never swapping lists, so an append
+that races with a drain is never lost.
+
+Each batch is written as whole lines with one ``os.write`` loop on an unbuffered descriptor, so a
+process killed mid-write leaves at most one torn last line (the reader skips it), and a forked
+child has no user-space buffer it could flush a second time into the parent's file.
+
+The writer never stops training: an unwritable directory, a full disk or an unserialisable value
+costs one warning and the records concerned, nothing more.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import orjson
+
+from traincheck_agent.messages import warn_once
+from traincheck_agent.trace.schema import KIND_HEADER, KIND_NOTE, SCHEMA_VERSION, trace_file_name
+
+_DUMPS_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
+# The buffer may grow past flush_max_records while the writer is busy; past this many times that
+# size records are dropped (and counted in a note) rather than letting memory grow without bound.
+_HARD_CAP_FACTOR = 100
+_MIN_HARD_CAP = 200_000
+# Most records serialised per write; between chunks a timed flush checks its deadline.
+_DRAIN_CHUNK = 50_000
+# Bound on the time the SIGTERM handler spends flushing before the process dies as it would have.
+SIGTERM_FLUSH_TIMEOUT_S = 3.0
+
+
+# Stands in for the writer thread when none could be started, so that emit stops trying.
+_NOT_STARTED = threading.Thread(target=None, name="traincheck-trace-writer-not-started")
+
+
+def _to_str(value: Any) -> str:
+    """orjson ``default``: anything it cannot serialise natively is written as its ``str``."""
+    return str(value)
+
+
+class TraceWriter:
+    """Buffers trace records in memory and writes them to one JSON-lines file per process."""
+
+    def __init__(
+        self,
+        out_dir: Path,
+        header_provider: Callable[[], dict],
+        *,
+        flush_interval_s: float = 0.5,
+        flush_max_records: int = 2000,
+    ) -> None:
+        self._out_dir = Path(out_dir)
+        self._header_provider = header_provider
+        self._interval = max(0.001, float(flush_interval_s))
+        self._max_records = max(1, int(flush_max_records))
+        self._hard_cap = max(_MIN_HARD_CAP, _HARD_CAP_FACTOR * self._max_records)
+        self._closed = False
+        self._reset()
+        _live_writers.add(self)
+
+    def _reset(self) -> None:
+        """Fresh per-process state: used at construction and in a forked child."""
+        self._buffer: list[dict] = []
+        self._accepting = not self._closed
+        self._wake = threading.Event()
+        self._io_lock = threading.Lock()
+        self._io_owner: int | None = None
+        self._start_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._disabled = False
+        self._fd: int | None = None
+        self._path: Path | None = None
+        self._dropped_full = 0  # incremented on the hot path
+        self._dropped_unserialisable = 0
+        self._reported_full = 0
+        self._reported_unserialisable = 0
+
+    # ----------------------------------------------------------------- hot path
+
+    def emit(self, record: dict) -> None:
+        """Queue one record; O(1), no I/O, never raises (called from the training thread)."""
+        try:
+            if not self._accepting:
+                return
+            buf = self._buffer
+            n = len(buf)
+            if n >= self._max_records:
+                if n >= self._hard_cap:
+                    self._dropped_full += 1
+                    return
+                if not self._wake.is_set():
+                    self._wake.set()
+            buf.append(record)
+            if self._thread is None:
+                self._start_thread()
+        except Exception:  # the agent must never break the training step
+            pass
+
+    # ----------------------------------------------------------------- public control
+
+    @property
+    def path(self) -> Path | None:
+        """The trace file's path once it has been opened, else None."""
+        return self._path
+
+    def flush(self, timeout_s: float = 5.0) -> None:
+        """Write every buffered record now, waiting at most about ``timeout_s`` seconds."""
+        try:
+            self._drain(time.monotonic() + max(0.0, timeout_s))
+        except Exception as exc:  # contained: flushing is best effort
+            warn_once(f"trace-flush-{id(self)}", f"trace writer failed to flush: {exc!r}")
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Flush, stop the background thread and close the file; later emits are ignored."""
+        if self._closed:
+            return
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        self._closed = True
+        self._accepting = False  # first, so that nothing lands behind the final flush
+        self.flush(timeout_s)
+        self._stopping = True
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if self._io_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            try:
+                self._close_fd()
+            finally:
+                self._io_lock.release()
+
+    # ----------------------------------------------------------------- background thread
+
+    def _start_thread(self) -> None:
+        with self._start_lock:
+            if self._thread is not None or not self._accepting:
+                return
+            thread = threading.Thread(target=self._run, name="traincheck-trace-writer", daemon=True)
+            try:
+                thread.start()
+            except RuntimeError:  # interpreter shutting down: explicit flushes still work
+                self._thread = _NOT_STARTED
+                return
+            self._thread = thread
+            _register_multiprocessing_exit(self)
+
+    def _run(self) -> None:
+        while not self._stopping and not self._disabled:
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            if self._stopping:
+                break
+            try:
+                self._drain(None)
+            except Exception as exc:  # keep the thread alive; the next round may succeed
+                warn_once(f"trace-thread-{id(self)}", f"trace writer error (continuing): {exc!r}")
+
+    # ----------------------------------------------------------------- draining
+
+    def _drain(self, deadline: float | None) -> None:
+        """Take batches off the front of the buffer and write them, under the I/O lock."""
+        me = threading.get_ident()
+        if self._disabled:
+            return
+        if self._io_owner == me:  # e.g. SIGTERM arrived while this thread was flushing
+            return
+        if deadline is None:
+            got = self._io_lock.acquire()
+        else:
+            got = self._io_lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        if not got:
+            return
+        self._io_owner = me
+        try:
+            while True:
+                buf = self._buffer
+                # Large chunks: ``del buf[:n]`` moves what is left, so small ones cost O(len^2).
+                n = min(len(buf), _DRAIN_CHUNK)
+                if n == 0 and not self._has_unreported_drops():
+                    return
+                batch = buf[:n]
+                del buf[:n]
+                if not self._write_batch(batch):
+                    return
+                if deadline is not None and time.monotonic() >= deadline:
+                    return
+        finally:
+            self._io_owner = None
+            self._io_lock.release()
+
+    def _has_unreported_drops(self) -> bool:
+        return (
+            self._dropped_full != self._reported_full
+            or self._dropped_unserialisable != self._reported_unserialisable
+        )
+
+    def _serialise(self, batch: list[dict]) -> bytearray:
+        # Appending to one bytearray lets each dumps() result be freed at once; keeping a list of
+        # them to join costs an order of magnitude more (every result stays a fresh allocation).
+        out = bytearray()
+        dumps = orjson.dumps
+        for record in batch:
+            if not isinstance(record, dict):  # a non-object line would make the file unreadable
+                self._dropped_unserialisable += 1
+                warn_once(f"trace-not-dict-{id(self)}", "a trace record was not a dict; dropped")
+                continue
+            try:
+                out += dumps(record, default=_to_str, option=_DUMPS_OPTIONS)
+            except Exception as exc:  # e.g. an int beyond 64 bits, a cycle, a str() that raises
+                self._dropped_unserialisable += 1
+                warn_once(
+                    f"trace-unserialisable-{id(self)}",
+                    f"a trace record could not be serialised and was dropped ({exc})",
+                )
+        for note in self._drop_notes():
+            out += note
+        return out
+
+    def _drop_notes(self) -> list[bytes]:
+        notes: list[bytes] = []
+        for reason, dropped, reported_attr in (
+            ("buffer_full", self._dropped_full, "_reported_full"),
+            ("unserialisable", self._dropped_unserialisable, "_reported_unserialisable"),
+        ):
+            new = dropped - getattr(self, reported_attr)
+            if new <= 0:
+                continue
+            setattr(self, reported_attr, dropped)
+            note = {
+                "kind": KIND_NOTE,
+                "what": "dropped_records",
+                "reason": reason,
+                "count": new,
+                "t_ns": time.time_ns(),
+            }
+            notes.append(orjson.dumps(note, option=_DUMPS_OPTIONS))
+        return notes
+
+    def _write_batch(self, batch: list[dict]) -> bool:
+        """Serialise and append one batch; False when the writer has been disabled."""
+        data = self._serialise(batch)
+        if not data:
+            return True
+        if self._fd is None:
+            header = self._open()
+            if header is None:
+                return False
+            data = header + data
+        try:
+            _write_all(self._fd, data)
+        except OSError as exc:
+            # A partial write may have left a torn line; writing more after it would turn it into
+            # a corrupt line in the middle of the file, so stop here.
+            self._disable(f"cannot write trace file {self._path}: {exc}; tracing stopped")
+            return False
+        return True
+
+    def _open(self) -> bytes | None:
+        """Open the trace file; return the serialised header line, or None when disabled."""
+        header: dict[str, Any] = {"kind": KIND_HEADER, "schema": SCHEMA_VERSION}
+        try:
+            header.update(self._header_provider())
+        except Exception as exc:
+            self._disable(f"trace header could not be built ({exc!r}); tracing stopped")
+            return None
+        pid = os.getpid()
+        header["kind"] = KIND_HEADER
+        header["pid"] = pid  # the provider may have cached the parent's pid before a fork
+        run_id = str(header.get("run_id") or "unknown").replace(os.sep, "_")
+        rank = header.get("rank")
+        name = trace_file_name(run_id, rank if isinstance(rank, int) else 0, pid)
+        path = self._out_dir / name
+        try:
+            line = orjson.dumps(header, default=_to_str, option=_DUMPS_OPTIONS)
+        except Exception as exc:
+            self._disable(f"trace header could not be serialised ({exc}); tracing stopped")
+            return None
+        try:
+            self._out_dir.mkdir(parents=True, exist_ok=True)  # mode 0o777 & ~umask
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+            self._fd = os.open(path, flags, 0o666)
+        except OSError as exc:
+            self._disable(f"cannot write traces to {path}: {exc}; records are discarded")
+            return None
+        self._path = path
+        return line
+
+    def _disable(self, message: str) -> None:
+        warn_once(f"trace-disabled-{id(self)}", message)
+        self._disabled = True
+        self._accepting = False
+        self._buffer.clear()
+        self._close_fd()
+
+    def _close_fd(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    # ----------------------------------------------------------------- fork
+
+    def _after_fork_in_child(self) -> None:
+        """Forget the parent's buffer, thread, locks and descriptor; open our own file later."""
+        self._close_fd()  # our copy only; the parent's descriptor is unaffected
+        self._reset()
+
+
+def _write_all(fd: int | None, data: bytes) -> None:
+    if fd is None:
+        raise OSError("trace file is not open")
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+# --------------------------------------------------------------------- process-wide hooks
+
+_live_writers: weakref.WeakSet[TraceWriter] = weakref.WeakSet()
+_exit_writers: list[TraceWriter] = []
+_exit_hooks_installed = False
+
+
+def _reset_writers_in_child() -> None:
+    for writer in list(_live_writers):
+        with contextlib.suppress(Exception):
+            writer._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_writers_in_child)
+
+
+def install_flush_on_exit(writer: TraceWriter) -> None:
+    """Flush ``writer`` at normal exit, on uncaught exceptions, on Ctrl-C and on SIGTERM.
+
+    Uncaught exceptions, ``sys.exit`` and KeyboardInterrupt all end in ``atexit``. SIGTERM kills
+    a process without running ``atexit``, so a handler is added, but only where it cannot change
+    the program's behaviour: the current handler is the default and we are in the main thread.
+    """
+    global _exit_hooks_installed
+    if writer not in _exit_writers:
+        _exit_writers.append(writer)
+    if _exit_hooks_installed:
+        return
+    _exit_hooks_installed = True  # a forked child inherits both atexit and the signal handler
+    atexit.register(_close_all_at_exit)
+    _install_sigterm_handler()
+
+
+def _close_all_at_exit() -> None:
+    for writer in list(_exit_writers):
+        writer.close()
+
+
+def _install_sigterm_handler() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    try:
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):  # not the main interpreter, or signals unavailable
+        pass
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """Flush within a bounded time, then die of SIGTERM exactly as without the agent."""
+    deadline = time.monotonic() + SIGTERM_FLUSH_TIMEOUT_S
+    for writer in list(_exit_writers):
+        writer.flush(max(0.0, deadline - time.monotonic()))
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _register_multiprocessing_exit(writer: TraceWriter) -> None:
+    """In a multiprocessing child (which leaves through ``os._exit``), flush at its exit too."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is None:
+        return
+    try:
+        if mp.parent_process() is None:
+            return
+        from multiprocessing import util
+
+        util.Finalize(writer, writer.close, exitpriority=-100)
+    except Exception:
+        pass
+
+
+__all__ = ["TraceWriter", "install_flush_on_exit", "SIGTERM_FLUSH_TIMEOUT_S"]

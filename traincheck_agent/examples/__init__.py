@@ -1,0 +1,1 @@
+"""Small training scripts bundled for the demo and the benchmarks (CPU, synthetic data)."""

@@ -1,0 +1,142 @@
+"""Tensor fingerprints: a 64-bit content hash plus "all zero" and "some NaN/Inf" flags.
+
+A fingerprint is ``{"h": "<algo>:<16 hex>", "zero": bool, "nonfinite": bool}``. Checks compare
+``h`` of tensors of one device type to tell whether the content changed, without keeping the
+content. CPU tensors are hashed with xxHash3 (``x3``); tensors on an accelerator are hashed
+where they live (``tw``, a fused Triton kernel on CUDA, the same algorithm in torch ops
+elsewhere), so only a few scalars per tensor reach the host.
+
+Tensors without plain data get a marker ``h`` with nothing after the colon and both flags False:
+``meta:`` for meta tensors, ``uninitialized:`` for lazy modules' parameters, ``nostorage:`` for
+``__torch_dispatch__`` subclasses (FakeTensor, functional tensors, ...), and the layout name
+(``sparse_coo:``, ...) for sparse tensors with more than ``SPARSE_DENSE_LIMIT`` elements.
+Smaller sparse and mkldnn tensors are hashed through ``to_dense()``, so they fingerprint like
+their dense equivalent, and a DTensor (FSDP2) is hashed through ``to_local()``: its local shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from traincheck_agent import messages
+from traincheck_agent.fingerprint import cpu, device_hash
+
+__all__ = ["ALGORITHMS", "fingerprint_tensor", "fingerprint_tensors"]
+
+ALGORITHMS: dict[str, str] = {"cpu": cpu.PREFIX, "cuda": device_hash.PREFIX}
+
+SPARSE_DENSE_LIMIT = 1 << 26
+
+_kernel: dict[str, Any] = {"module": None, "failed": False}
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def _marker(kind: str) -> dict:
+    return {"h": f"{kind}:", "zero": False, "nonfinite": False}
+
+
+def _is_dispatch_subclass(t: torch.Tensor) -> bool:
+    """True for tensor subclasses that intercept every op (their data is not plain storage)."""
+    try:
+        return torch._C._dispatch_keys(t).has(torch._C.DispatchKey.Python)
+    except Exception:  # private API moved: treat as a plain tensor
+        return False
+
+
+def _prepare(t: torch.Tensor) -> torch.Tensor | dict:
+    """The strided tensor to hash in place of ``t``, or the marker to record instead."""
+    if isinstance(t, torch.nn.parameter.UninitializedTensorMixin):
+        return _marker("uninitialized")
+    if _is_dispatch_subclass(t):
+        to_local = getattr(t, "to_local", None)  # DTensor
+        if not callable(to_local):
+            return _marker("nostorage")
+        try:
+            t = to_local()
+        except Exception:
+            return _marker("nostorage")
+        if not isinstance(t, torch.Tensor) or _is_dispatch_subclass(t):
+            return _marker("nostorage")
+    if t.is_meta:
+        return _marker("meta")
+    if t.layout != torch.strided:
+        layout = str(t.layout).replace("torch.", "")
+        if t.numel() > SPARSE_DENSE_LIMIT:
+            return _marker(layout)
+        try:
+            t = t.to_dense()
+        except (RuntimeError, NotImplementedError):
+            return _marker(layout)
+    try:
+        t.data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return _marker("nostorage")
+    return t
+
+
+def _disable_kernel(reason: str) -> None:
+    _kernel["failed"] = True
+    messages.warn_once(
+        "fingerprint-kernel",
+        f"fingerprint kernel unavailable ({reason}); hashing CUDA tensors with the torch-op "
+        "reference instead (same hashes, slower)",
+    )
+
+
+def _kernel_module() -> Any:
+    if _kernel["failed"]:
+        return None
+    if _kernel["module"] is None:
+        try:
+            from traincheck_agent.fingerprint import triton_kernel
+        except Exception as exc:  # Triton missing or broken: the reference gives the same hashes
+            _disable_kernel(f"{type(exc).__name__}: {exc}")
+            return None
+        _kernel["module"] = triton_kernel
+    return _kernel["module"]
+
+
+def _device_batch(device: torch.device, tensors: list[torch.Tensor]) -> list[dict]:
+    if device.type == "cuda":
+        module = _kernel_module()
+        if module is not None:
+            try:
+                return module.fingerprint_batch(tensors)
+            except Exception as exc:  # compile or launch failure: fall back for good
+                _disable_kernel(f"{type(exc).__name__}: {exc}")
+    return device_hash.fingerprint_reference(tensors)
+
+
+def fingerprint_tensors(tensors: Sequence[torch.Tensor]) -> list[dict]:
+    """Fingerprint many tensors at once, in input order.
+
+    Tensors of one accelerator are done together: a few kernel launches and one device-to-host
+    copy for the whole batch, which is what keeps a per-step snapshot of a model cheap.
+    """
+    results: list[dict | None] = [None] * len(tensors)
+    on_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
+    with torch.no_grad():
+        for k, t in enumerate(tensors):
+            if type(t) in _PLAIN_TYPES and t.layout is torch.strided and not t.is_meta:
+                prepared = t  # the common case: no further checks (they cost ~1 us a tensor)
+            else:
+                prepared = _prepare(t)
+            if isinstance(prepared, dict):
+                results[k] = prepared
+            elif prepared.is_cpu:
+                results[k] = cpu.fingerprint_cpu(prepared)
+            else:
+                on_device.setdefault(prepared.device, []).append((k, prepared))
+        for device, items in on_device.items():
+            fps = _device_batch(device, [t for _, t in items])
+            for (k, _), fp in zip(items, fps, strict=True):
+                results[k] = fp
+    return results  # type: ignore[return-value]
+
+
+def fingerprint_tensor(t: torch.Tensor) -> dict:
+    """Fingerprint one tensor (see ``fingerprint_tensors``)."""
+    return fingerprint_tensors([t])[0]

@@ -1,0 +1,43 @@
+"""The agent's own one-line messages to the user, on stderr.
+
+Every line starts with ``[traincheck]`` so that it can be told apart from the training script's
+output. ``warn_once`` keeps a repeated problem to a single line per process.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+PREFIX = "[traincheck]"
+
+_seen: set[str] = set()
+_seen_lock = threading.Lock()
+
+
+def say(text: str) -> None:
+    """Print one line to stderr; never raises."""
+    try:
+        sys.stderr.write(f"{PREFIX} {text}\n")
+        sys.stderr.flush()
+    except Exception:  # stderr closed or broken: the agent stays silent rather than fail
+        pass
+
+
+def warn(text: str) -> None:
+    say(f"warning: {text}")
+
+
+def warn_once(key: str, text: str) -> None:
+    """Warn once per process for ``key`` (reset in a forked child by ``reset_after_fork``)."""
+    with _seen_lock:
+        if key in _seen:
+            return
+        _seen.add(key)
+    warn(text)
+
+
+def debug(text: str) -> None:
+    if os.environ.get("TRAINCHECK_DEBUG", "") not in ("", "0"):
+        say(f"debug: {text}")

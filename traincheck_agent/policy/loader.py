@@ -1,0 +1,229 @@
+"""Load, validate and merge policy YAML files.
+
+Validation never stops at the first problem and never drops the whole file: each problem is
+reported with the file and the key it concerns, the offending entry is skipped, and the rest of
+the policy still applies. Files are parsed with ``yaml.safe_load`` (data only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from traincheck_agent.policy.model import (
+    DESCRIBE_LEVELS,
+    STATE_ITEMS,
+    STATE_POINTS,
+    ApiRule,
+    Policy,
+    Sampling,
+    StateRule,
+)
+
+MAX_POLICY_BYTES = 1 << 20
+SUPPORTED_VERSION = 1
+
+TOP_LEVEL_KEYS = {
+    "version": "policy format version (1)",
+    "name": "a label for the policy",
+    "description": "free text",
+    "apis": "list of API rules",
+    "exclude_apis": "list of full API names (globs) never to wrap",
+    "state": "list of state rules",
+    "sampling": "mapping: warmup_steps, every",
+    "param_attributes": "list of parameter attribute names to record",
+    "record_module_calls": "record nn.Module calls as API events (true/false)",
+}
+API_RULE_KEYS = {"id", "module", "include", "exclude", "args", "returns", "enabled"}
+STATE_RULE_KEYS = {"at", "items"}
+SAMPLING_KEYS = {"warmup_steps", "every"}
+
+
+class PolicyError(ValueError):
+    """A problem in one policy file; ``str()`` names the file and the key."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        self.source, self.key, self.problem = source, key, problem
+        super().__init__(f"policy {source}: {key}: {problem}" if key else f"policy {source}: {problem}")
+
+
+def default_policy_dir() -> Path:
+    """Installed wheels carry the policies inside the package; a source checkout has them at
+    the top of the repository."""
+    package_dir = Path(__file__).resolve().parent.parent
+    installed = package_dir / "_policies"
+    return installed if installed.is_dir() else package_dir.parent / "policies"
+
+
+def default_policy_files() -> list[Path]:
+    return sorted(default_policy_dir().glob("*.yaml"))
+
+
+def _str_list(value: Any, source: str, key: str, problems: list[PolicyError]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    problems.append(PolicyError(source, key, f"expected a string or a list of strings, got {value!r}"))
+    return ()
+
+
+def _read_yaml(path: Path) -> Any:
+    size = path.stat().st_size
+    if size > MAX_POLICY_BYTES:
+        raise PolicyError(str(path), "", f"file is {size} bytes, over the {MAX_POLICY_BYTES} byte limit")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise PolicyError(str(path), "", f"not valid YAML: {exc}".replace("\n", " ")) from None
+    except UnicodeDecodeError as exc:
+        raise PolicyError(str(path), "", f"not UTF-8 text: {exc}") from None
+
+
+def _apply_api_rule(policy: Policy, raw: Any, index: int, source: str, problems: list[PolicyError]) -> None:
+    key = f"apis[{index}]"
+    if not isinstance(raw, dict):
+        problems.append(PolicyError(source, key, f"expected a mapping, got {type(raw).__name__}"))
+        return
+    for unknown in sorted(set(raw) - API_RULE_KEYS):
+        problems.append(PolicyError(source, f"{key}.{unknown}", f"unknown key (known: {', '.join(sorted(API_RULE_KEYS))})"))
+    module = raw.get("module")
+    if not isinstance(module, str) or not module:
+        problems.append(PolicyError(source, f"{key}.module", "required: the module whose import applies the rule"))
+        return
+    include = _str_list(raw.get("include", ["*"]), source, f"{key}.include", problems)
+    exclude = _str_list(raw.get("exclude", []), source, f"{key}.exclude", problems)
+    rule_id = raw.get("id", f"{module}:{','.join(include)}")
+    if not isinstance(rule_id, str):
+        problems.append(PolicyError(source, f"{key}.id", f"expected a string, got {rule_id!r}"))
+        return
+    enabled = raw.get("enabled", True)
+    if not isinstance(enabled, bool):
+        problems.append(PolicyError(source, f"{key}.enabled", f"expected true or false, got {enabled!r}"))
+        return
+    if not enabled:
+        policy.apis.pop(rule_id, None)
+        return
+    levels = {}
+    for name in ("args", "returns"):
+        level = raw.get(name, "summary")
+        if level not in DESCRIBE_LEVELS:
+            problems.append(PolicyError(source, f"{key}.{name}", f"expected one of {', '.join(DESCRIBE_LEVELS)}, got {level!r}"))
+            level = "summary"
+        levels[name] = level
+    if not include:
+        return
+    policy.apis[rule_id] = ApiRule(rule_id, module, include, exclude, levels["args"], levels["returns"], source)
+
+
+def _apply_state_rule(policy: Policy, raw: Any, index: int, source: str, problems: list[PolicyError]) -> None:
+    key = f"state[{index}]"
+    if not isinstance(raw, dict):
+        problems.append(PolicyError(source, key, f"expected a mapping, got {type(raw).__name__}"))
+        return
+    for unknown in sorted(set(raw) - STATE_RULE_KEYS):
+        problems.append(PolicyError(source, f"{key}.{unknown}", "unknown key (known: at, items)"))
+    at = raw.get("at")
+    if at not in STATE_POINTS:
+        problems.append(PolicyError(source, f"{key}.at", f"expected one of {', '.join(STATE_POINTS)}, got {at!r}"))
+        return
+    items = _str_list(raw.get("items", []), source, f"{key}.items", problems)
+    bad = [i for i in items if i not in STATE_ITEMS]
+    for item in bad:
+        problems.append(PolicyError(source, f"{key}.items", f"unknown item {item!r} (known: {', '.join(STATE_ITEMS)})"))
+    items = tuple(i for i in items if i not in bad)
+    if items:
+        policy.state[at] = StateRule(at, items, source)
+    else:
+        policy.state.pop(at, None)
+
+
+def _apply_sampling(policy: Policy, raw: Any, source: str, problems: list[PolicyError]) -> None:
+    if not isinstance(raw, dict):
+        problems.append(PolicyError(source, "sampling", f"expected a mapping, got {type(raw).__name__}"))
+        return
+    values = {"warmup_steps": policy.sampling.warmup_steps, "every": policy.sampling.every}
+    for name, value in raw.items():
+        if name not in SAMPLING_KEYS:
+            problems.append(PolicyError(source, f"sampling.{name}", "unknown key (known: warmup_steps, every)"))
+            continue
+        minimum = 1 if name == "every" else 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            problems.append(PolicyError(source, f"sampling.{name}", f"expected an integer >= {minimum}, got {value!r}"))
+            continue
+        values[name] = value
+    policy.sampling = Sampling(**values)
+
+
+def apply_policy_document(policy: Policy, doc: Any, source: str) -> list[PolicyError]:
+    """Merge one parsed document into ``policy``; return the problems found (all of them)."""
+    problems: list[PolicyError] = []
+    if doc is None:
+        return problems
+    if not isinstance(doc, dict):
+        return [PolicyError(source, "", f"expected a mapping at the top level, got {type(doc).__name__}")]
+    for unknown in sorted(set(doc) - set(TOP_LEVEL_KEYS)):
+        problems.append(PolicyError(source, str(unknown), f"unknown key (known: {', '.join(TOP_LEVEL_KEYS)})"))
+    version = doc.get("version", SUPPORTED_VERSION)
+    if version != SUPPORTED_VERSION:
+        return problems + [PolicyError(source, "version", f"unsupported version {version!r} (this agent reads {SUPPORTED_VERSION})")]
+    apis = doc.get("apis", [])
+    if not isinstance(apis, list):
+        problems.append(PolicyError(source, "apis", "expected a list of rules"))
+    else:
+        for i, raw in enumerate(apis):
+            _apply_api_rule(policy, raw, i, source, problems)
+    state = doc.get("state", [])
+    if not isinstance(state, list):
+        problems.append(PolicyError(source, "state", "expected a list of rules"))
+    else:
+        for i, raw in enumerate(state):
+            _apply_state_rule(policy, raw, i, source, problems)
+    if "sampling" in doc:
+        _apply_sampling(policy, doc["sampling"], source, problems)
+    if "exclude_apis" in doc:
+        policy.exclude_apis += _str_list(doc["exclude_apis"], source, "exclude_apis", problems)
+    if "param_attributes" in doc:
+        extra = _str_list(doc["param_attributes"], source, "param_attributes", problems)
+        policy.param_attributes += tuple(a for a in extra if a not in policy.param_attributes)
+    if "record_module_calls" in doc:
+        value = doc["record_module_calls"]
+        if isinstance(value, bool):
+            policy.record_module_calls = value
+        else:
+            problems.append(PolicyError(source, "record_module_calls", f"expected true or false, got {value!r}"))
+    return problems
+
+
+def load_policies(
+    files: Iterable[Path], report: Callable[[PolicyError], None] | None = None
+) -> tuple[Policy, list[PolicyError]]:
+    """Merge ``files`` in order. Every problem goes to ``report`` (if given) and is returned."""
+    policy = Policy()
+    problems: list[PolicyError] = []
+    digest = hashlib.sha256()
+    sources: list[str] = []
+    for path in files:
+        path = Path(path)
+        source = str(path)
+        try:
+            doc = _read_yaml(path)
+            digest.update(path.read_bytes())
+        except PolicyError as exc:
+            found = [exc]
+        except OSError as exc:
+            found = [PolicyError(source, "", f"cannot be read: {exc.strerror or exc}")]
+        else:
+            sources.append(source)
+            found = apply_policy_document(policy, doc, source)
+        for problem in found:
+            problems.append(problem)
+            if report is not None:
+                report(problem)
+    policy.sources = tuple(sources)
+    policy.digest = digest.hexdigest()[:16]
+    return policy, problems

@@ -1,0 +1,97 @@
+"""Configuration from environment variables, parsed once per process.
+
+Every variable the agent reads is listed in ``ENV_VARS`` (the README's configuration table is
+written from the same facts). A malformed value never stops training: it gets one warning that
+names the variable, and the default is used.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from traincheck_agent.messages import warn
+
+MODES = ("off", "collect", "check")
+ACTIVE_MODES = ("collect", "check")
+
+ENV_VARS: dict[str, str] = {
+    "TRAINCHECK_MODE": "off (default) | collect | check. Nothing happens unless set.",
+    "TRAINCHECK_OUT": "Directory for traces and logs (default ./traincheck_out).",
+    "TRAINCHECK_POLICY": "Extra policy files, ':'-separated; later files add to or override earlier ones.",
+    "TRAINCHECK_NO_DEFAULT_POLICIES": "1 = load only the files in TRAINCHECK_POLICY.",
+    "TRAINCHECK_RUN_ID": "Run id shared by all ranks (set by the launcher process if unset).",
+    "TRAINCHECK_FLUSH_INTERVAL": "Seconds between background flushes of the trace (default 0.5).",
+    "TRAINCHECK_FLUSH_RECORDS": "Buffered records that trigger an early flush (default 2000).",
+    "TRAINCHECK_SKIP_PROGRAMS": "Extra ':'-separated program or module names the agent never activates in.",
+    "TRAINCHECK_DEBUG": "1 = print the agent's debug lines.",
+}
+
+
+def _float(env: Mapping[str, str], name: str, default: float, minimum: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        warn(f"{name}={raw!r} is not a number; using {default}")
+        return default
+    if value < minimum:
+        warn(f"{name}={raw!r} is below {minimum}; using {default}")
+        return default
+    return value
+
+
+def _split_paths(raw: str | None) -> tuple[Path, ...]:
+    if not raw:
+        return ()
+    return tuple(Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip())
+
+
+def new_run_id() -> str:
+    """A run id that sorts by start time; os.urandom leaves the user's RNG streams untouched."""
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
+
+
+def normalise_mode(raw: str | None) -> str | None:
+    """Return the mode named by ``raw``, "off" when unset/empty, or None when unknown."""
+    if raw is None:
+        return "off"
+    value = raw.strip().lower()
+    if value in ("", "0", "false", "no", "none"):
+        return "off"
+    return value if value in MODES else None
+
+
+@dataclass(frozen=True)
+class Settings:
+    mode: str
+    out_dir: Path
+    policy_files: tuple[Path, ...] = ()
+    use_default_policies: bool = True
+    run_id: str = field(default_factory=new_run_id)
+    flush_interval_s: float = 0.5
+    flush_max_records: int = 2000
+    skip_programs: tuple[str, ...] = ()
+    host: str = field(default_factory=socket.gethostname)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, mode: str | None = None) -> Settings:
+        env = os.environ if env is None else env
+        resolved_mode = mode or normalise_mode(env.get("TRAINCHECK_MODE")) or "off"
+        skip = tuple(s for s in env.get("TRAINCHECK_SKIP_PROGRAMS", "").split(os.pathsep) if s)
+        return cls(
+            mode=resolved_mode,
+            out_dir=Path(env.get("TRAINCHECK_OUT") or "traincheck_out").expanduser(),
+            policy_files=_split_paths(env.get("TRAINCHECK_POLICY")),
+            use_default_policies=env.get("TRAINCHECK_NO_DEFAULT_POLICIES", "") in ("", "0"),
+            run_id=env.get("TRAINCHECK_RUN_ID") or new_run_id(),
+            flush_interval_s=_float(env, "TRAINCHECK_FLUSH_INTERVAL", 0.5, 0.01),
+            flush_max_records=int(_float(env, "TRAINCHECK_FLUSH_RECORDS", 2000, 1)),
+            skip_programs=skip,
+        )

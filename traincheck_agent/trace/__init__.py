@@ -1,0 +1,1 @@
+"""Trace files: the record schema, the tolerant reader and summaries."""

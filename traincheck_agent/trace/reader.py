@@ -1,0 +1,144 @@
+"""Reading trace files: streaming, strict in the middle, tolerant at the end.
+
+A process killed mid-write (SIGKILL, OOM killer, node failure) can leave a torn last line, so an
+unparsable *last* line is skipped with a warning. An unparsable line anywhere else means the file
+is damaged in a way the writer never produces, and is reported with its file and line number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from traincheck_agent.messages import warn
+from traincheck_agent.trace.schema import KIND_HEADER, SCHEMA_VERSION, TRACE_GLOB
+
+
+class TraceFormatError(ValueError):
+    """A trace file that cannot be read; ``str()`` gives ``<file>:<line>: <problem>``."""
+
+    def __init__(self, path: str | Path, line_no: int, problem: str) -> None:
+        self.path = Path(path)
+        self.line_no = line_no
+        self.problem = problem
+        super().__init__(f"{path}:{line_no}: {problem}")
+
+
+class EmptyTraceError(TraceFormatError):
+    """A trace file without one complete line: its process died before its first write ended."""
+
+
+def find_trace_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Trace files named by ``paths``: files as given, directories searched recursively.
+
+    Raises FileNotFoundError for a path that does not exist.
+    """
+    found: set[Path] = set()
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found.update(p for p in path.rglob(TRACE_GLOB) if p.is_file())
+        elif path.is_file():
+            found.add(path)
+        else:
+            raise FileNotFoundError(f"{path}: no such file or directory")
+    return sorted(found)
+
+
+def _parse(line: bytes) -> tuple[dict[str, Any] | None, str]:
+    """Return (record, "") or (None, problem)."""
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return None, f"not valid JSON ({exc})"
+    if not isinstance(value, dict):
+        return None, f"not a JSON object (got {type(value).__name__})"
+    return value, ""
+
+
+def _lines(handle: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    """Numbered non-blank lines, 1-based."""
+    for line_no, line in enumerate(handle, start=1):
+        if line.strip():
+            yield line_no, line
+
+
+class TraceFile:
+    """One trace file: its header and a streaming iterator over its other records."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._header: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"TraceFile({str(self.path)!r})"
+
+    @property
+    def header(self) -> dict[str, Any]:
+        """The first line, checked to be a header this reader understands."""
+        return self._load_header()
+
+    def _load_header(self) -> dict[str, Any]:
+        if self._header is None:
+            with self.path.open("rb") as handle:
+                first = next(_lines(handle), None)
+                at_end = first is not None and next(_lines(handle), None) is None
+            self._header = self._check_header(first, at_end)
+        return self._header
+
+    def _check_header(self, first: tuple[int, bytes] | None, at_end: bool) -> dict[str, Any]:
+        if first is None:
+            raise EmptyTraceError(self.path, 1, "empty file: no header line")
+        line_no, line = first
+        record, problem = _parse(line)
+        if record is None:
+            if at_end and not line.endswith(b"\n"):
+                raise EmptyTraceError(self.path, line_no, "torn header line: no complete record")
+            raise TraceFormatError(self.path, line_no, f"header line is {problem}")
+        if record.get("kind") != KIND_HEADER:
+            raise TraceFormatError(
+                self.path, line_no, f"first record is not a header (kind={record.get('kind')!r})"
+            )
+        schema = record.get("schema")
+        if not isinstance(schema, int) or isinstance(schema, bool):
+            raise TraceFormatError(self.path, line_no, f"header has no valid schema ({schema!r})")
+        if schema > SCHEMA_VERSION:
+            raise TraceFormatError(
+                self.path,
+                line_no,
+                f"schema {schema} is newer than this reader supports ({SCHEMA_VERSION}); "
+                "upgrade traincheck-agent",
+            )
+        return record
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        """Yield every record after the header, one at a time; see the module docstring."""
+        self._load_header()  # raises before any record is yielded if the file is not a trace
+        with self.path.open("rb") as handle:
+            lines = _lines(handle)
+            next(lines, None)  # the header, already checked
+            pending: tuple[int, bytes] | None = None
+            for item in lines:
+                if pending is not None:
+                    yield self._strict(*pending)
+                pending = item
+            if pending is None:
+                return
+            line_no, line = pending
+            record, problem = _parse(line)
+            if record is None:
+                warn(f"{self.path}:{line_no}: skipped a torn last line ({problem})")
+                return
+            yield record
+
+    def _strict(self, line_no: int, line: bytes) -> dict[str, Any]:
+        record, problem = _parse(line)
+        if record is None:
+            raise TraceFormatError(self.path, line_no, f"line is {problem}")
+        return record
+
+
+__all__ = ["EmptyTraceError", "TraceFile", "TraceFormatError", "find_trace_files"]
