@@ -234,6 +234,8 @@ def main() -> None:
 
     from traincheck_agent.fingerprint import triton_kernel as tk
 
+    if DRY:
+        tk.BLOCK, tk.ITERS = 64, 2  # the interpreter is slow: small blocks, same code paths
     default_cfg = (tk.BLOCK, tk.ITERS, tk.NUM_WARPS)
     dev = "cpu" if DRY else "cuda"
 

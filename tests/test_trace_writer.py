@@ -298,6 +298,58 @@ def test_sigterm_while_emitting_in_a_loop(tmp_path: Path) -> None:
     assert ids[-1] + 1 == len(ids) + dropped  # any gap is accounted for by a drop note
 
 
+def test_sigterm_while_the_main_thread_is_stuck_in_c_code(tmp_path: Path) -> None:
+    # A Python-level handler cannot run until the C call returns (a rank stuck in a collective);
+    # without the agent SIGTERM would kill at once, so the watcher thread must do it.
+    proc = _popen(
+        """
+        import ctypes
+        for i in range(200):
+            w.emit(rec(i))
+        print("ready", flush=True)
+        ctypes.CDLL(None).system(b"exec sleep 15 </dev/null >/dev/null 2>&1")  # EINTR-proof wait
+        print("returned", flush=True)
+        """,
+        tmp_path,
+    )
+    _wait_for_line(proc, "ready")
+    time.sleep(0.3)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=30)
+    assert time.monotonic() - started < 10
+    assert proc.returncode == -signal.SIGTERM
+    assert "returned" not in stdout
+    assert [r["id"] for r in _records(tmp_path)] == list(range(200))
+
+
+def test_sigterm_to_a_forked_child_leaves_the_parent_alone(tmp_path: Path) -> None:
+    result = _run(
+        """
+        w.emit(rec(0))
+        pid = os.fork()
+        if pid == 0:
+            w.emit(rec(1))
+            time.sleep(30)
+            os._exit(0)
+        time.sleep(0.3)
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+        time.sleep(1.0)  # the parent's watcher would act within its grace
+        w.emit(rec(2))
+        print(pid, os.waitstatus_to_exitcode(status), flush=True)
+        """,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    child_pid, child_status = map(int, result.stdout.split())
+    assert child_status == -signal.SIGTERM
+    by_pid = {TraceFile(p).header["pid"]: p for p in find_trace_files([tmp_path])}
+    assert [r["id"] for r in TraceFile(by_pid.pop(child_pid)).records()] == [1]
+    (parent,) = by_pid.values()
+    assert [r["id"] for r in TraceFile(parent).records()] == [0, 2]
+
+
 def test_sigterm_handler_not_installed_over_a_user_handler(tmp_path: Path) -> None:
     result = _run("print(signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL)", tmp_path)
     assert result.stdout.strip() == "True", result.stderr  # ours, in place of the default
@@ -320,6 +372,26 @@ def test_sigterm_handler_not_installed_over_a_user_handler(tmp_path: Path) -> No
     assert result.returncode == 5, result.stderr
     assert result.stdout.strip() == "user handler"
     assert [r["id"] for r in _records(tmp_path)] == [0]  # the user's sys.exit reaches atexit
+
+
+def test_a_later_handler_that_chains_to_ours_decides(tmp_path: Path) -> None:
+    result = _run(
+        """
+        previous = signal.getsignal(signal.SIGTERM)
+        def graceful(signum, frame):
+            previous(signum, frame)  # chains, as Lightning does
+            print("checkpoint saved", flush=True)
+            sys.exit(7)
+        signal.signal(signal.SIGTERM, graceful)
+        w.emit(rec(0))
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)
+        """,
+        tmp_path,
+    )
+    assert result.returncode == 7, result.stderr
+    assert result.stdout.strip() == "checkpoint saved"
+    assert [r["id"] for r in _records(tmp_path)] == [0]
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ def warn(text: str) -> None:
 
 
 def warn_once(key: str, text: str) -> None:
-    """Warn once per process for ``key`` (reset in a forked child by ``reset_after_fork``)."""
+    """Warn once per process for ``key``; a forked child inherits what its parent already said."""
     with _seen_lock:
         if key in _seen:
             return
