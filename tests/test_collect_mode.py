@@ -183,3 +183,17 @@ def test_torchrun_writes_one_trace_per_rank(tmp_path):
         return [(s["step"], s["var"], s["attrs"]["data"]["h"]) for s in trace.states("after:optimizer.step")
                 if s["vtype"] == "Parameter"]
     assert data(traces[0]) == data(traces[1])
+
+
+def test_accelerate_prepare_keeps_the_users_names(tmp_path):
+    out = tmp_path / "t"
+    proc = run_python([str(PIPELINES / "accelerate_train.py")], agent_env("collect", out))
+    assert proc.returncode == 0, proc.stderr
+    trace = read_traces(out)[0]
+    params = {s["var"] for s in trace.states("after:optimizer.step") if s["vtype"] == "Parameter"}
+    assert params == {"net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"}
+    assert [c["step"] for c in trace.calls("accelerate.optimizer.AcceleratedOptimizer.step")] == [0, 1, 2, 3]
+    # The wrapper's step contains the torch optimizer's step, which carries the same step number.
+    outer = {c["id"]: c["step"] for c in trace.calls("accelerate.optimizer.AcceleratedOptimizer.step")}
+    inner = trace.calls("torch.optim.AdamW.step")
+    assert [outer[c["parent"]] for c in inner] == [c["step"] for c in inner] == [0, 1, 2, 3]

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from traincheck_agent.agent.naming import NameBook, binding_name, class_based_name
+from traincheck_agent.agent.naming import NameBook, binding_name, class_based_name, owner_attributes
 
 WRAPPER_ATTRS = ("module", "_orig_mod")
 WRAPPER_CLASS_NAMES = {
@@ -42,6 +42,15 @@ def unwrap_module(module: torch.nn.Module) -> torch.nn.Module:
             return module
         module = inner
     return module
+
+
+def _frame_values(frame: FrameType) -> list[object]:
+    values = list(frame.f_locals.values())
+    owner = frame.f_locals.get("self")
+    if owner is not None:
+        values.extend(v for _, v in owner_attributes(owner))
+    values.extend(frame.f_globals.values())
+    return values
 
 
 class ModelRegistry:
@@ -110,32 +119,26 @@ class ModelRegistry:
         outermost of them as roots (so an optimizer over a head only still names
         ``model.head.weight``)."""
         wanted = {id(p) for p in params} - set(self.param_names)
-        if not wanted:
-            return
-        candidates: list[torch.nn.Module] = []
+        candidates: dict[int, torch.nn.Module] = {}
         depth = 0
-        while frame is not None and depth < 6 and wanted:
-            scopes = [frame.f_locals]
-            owner = frame.f_locals.get("self")
-            if owner is not None and hasattr(owner, "__dict__"):
-                scopes.append(vars(owner))
-            scopes.append(frame.f_globals)
-            for scope in scopes:
-                for value in list(scope.values()):
-                    if isinstance(value, torch.nn.Module) and value not in candidates:
-                        inner = unwrap_module(value)
-                        if any(id(p) in wanted for p in inner.parameters()):
-                            candidates.append(value)
-            if candidates:
-                break
-            frame, depth = frame.f_back, depth + 1
-        inner_ids = set()
-        for cand in candidates:
-            for sub in unwrap_module(cand).modules():
-                if sub is not unwrap_module(cand):
-                    inner_ids.add(id(sub))
-        for cand in candidates:
-            if id(unwrap_module(cand)) not in inner_ids:
+        while frame is not None and depth < 6 and wanted and not candidates:
+            for value in _frame_values(frame):
+                if (
+                    isinstance(value, torch.nn.Module)
+                    and id(value) not in candidates
+                    and any(id(p) in wanted for p in unwrap_module(value).parameters())
+                ):
+                    candidates[id(value)] = value
+            if not candidates:
+                frame, depth = frame.f_back, depth + 1
+        nested = {
+            id(sub)
+            for cand in candidates.values()
+            for sub in unwrap_module(cand).modules()
+            if sub is not unwrap_module(cand)
+        }
+        for cand in candidates.values():
+            if id(unwrap_module(cand)) not in nested:
                 self.register_root(cand, frame)
 
     # -- parameters and optimizers ---------------------------------------------------------

@@ -51,11 +51,7 @@ def binding_name(obj: object, frame: FrameType | None) -> str | None:
                 return name
         owner = local_vars.get("self")
         if owner is not None:
-            try:
-                attrs = vars(owner)
-            except TypeError:
-                attrs = {}
-            for name, value in attrs.items():
+            for name, value in owner_attributes(owner):
                 if value is obj and not name.startswith("_"):
                     return name
         for name, value in frame.f_globals.items():
@@ -63,6 +59,19 @@ def binding_name(obj: object, frame: FrameType | None) -> str | None:
                 return name
         frame = frame.f_back
     return None
+
+
+def owner_attributes(owner: object) -> list[tuple[str, object]]:
+    """Attributes of ``owner``, including the submodules an ``nn.Module`` keeps apart in
+    ``_modules`` (so ``self.model`` of a LightningModule-style wrapper is found)."""
+    try:
+        attrs = list(vars(owner).items())
+    except TypeError:
+        return []
+    submodules = getattr(owner, "_modules", None)
+    if isinstance(submodules, dict):
+        attrs.extend(submodules.items())
+    return attrs
 
 
 def class_based_name(obj: object) -> str:

@@ -64,17 +64,24 @@ def candidates(module: types.ModuleType, rule: ApiRule) -> Iterator[tuple[str, A
 def apply_rules(module: types.ModuleType, rules: list[ApiRule], policy: Policy) -> int:
     """Wrap what ``rules`` select in ``module``; return how many attributes were wrapped."""
     from traincheck_agent.agent.call_recorder import make_call_wrapper  # needs torch
+    from traincheck_agent.agent.framework_hooks import AFTER_CALL
 
     wrapped = 0
     with warnings.catch_warnings():
         # Touching deprecated module attributes while enumerating must not warn the user.
         warnings.simplefilter("ignore")
         for rule in rules:
-            wrapped += _apply_rule(module, rule, policy, make_call_wrapper)
+            wrapped += _apply_rule(module, rule, policy, make_call_wrapper, AFTER_CALL)
     return wrapped
 
 
-def _apply_rule(module: types.ModuleType, rule: ApiRule, policy: Policy, make_call_wrapper: Callable[..., Any]) -> int:
+def _apply_rule(
+    module: types.ModuleType,
+    rule: ApiRule,
+    policy: Policy,
+    make_call_wrapper: Callable[..., Any],
+    after_call: dict[str, Any],
+) -> int:
     wrapped = 0
     matched: set[str] = set()
     for rel_name, owner, attr in candidates(module, rule):
@@ -97,6 +104,7 @@ def _apply_rule(module: types.ModuleType, rule: ApiRule, policy: Policy, make_ca
                 returns_level=rule.returns,
                 func_for_names=func,
                 is_method=inspect.isclass(owner) and not isinstance(target, staticmethod),
+                after=after_call.get(full_name),
             )
             if wrap_attribute(owner, attr, wrapper):
                 wrapped += 1

@@ -68,16 +68,14 @@ def main(argv: list[str] | None = None) -> list[float]:
     eval_batch = synthetic_data(256, args.seed + 1).tensors
 
     losses: list[float] = []
-    step = 0
     started = time.perf_counter()
-    for images, labels in loader:
+    for step, (images, labels) in enumerate(loader, start=1):
         model.train()
         optimizer.zero_grad()
         loss = loss_fn(model(images), labels)
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-        step += 1
         if step % args.eval_every == 0 or step == args.steps:
             model.eval()
             with torch.no_grad():
