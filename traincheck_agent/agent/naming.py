@@ -18,6 +18,7 @@ import wrapt
 import traincheck_agent
 
 _SKIP_DIRS: tuple[str, ...] = ()
+_EXAMPLES_DIR = os.sep + os.path.join("traincheck_agent", "examples") + os.sep
 MAX_FRAMES = 12
 
 
@@ -31,10 +32,15 @@ def _skip_dirs() -> tuple[str, ...]:
     return _SKIP_DIRS
 
 
+def _is_library_frame(filename: str, skip: tuple[str, ...]) -> bool:
+    # The bundled examples live inside our package but are user code.
+    return filename.startswith(skip) and _EXAMPLES_DIR not in filename
+
+
 def first_user_frame(depth: int = 1) -> FrameType | None:
     frame: FrameType | None = sys._getframe(depth)
     skip = _skip_dirs()
-    while frame is not None and frame.f_code.co_filename.startswith(skip):
+    while frame is not None and _is_library_frame(frame.f_code.co_filename, skip):
         frame = frame.f_back
     return frame
 
