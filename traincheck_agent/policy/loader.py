@@ -84,13 +84,22 @@ def _read_yaml(path: Path) -> Any:
         raise PolicyError(str(path), "", f"not UTF-8 text: {exc}") from None
 
 
-def _apply_api_rule(policy: Policy, raw: Any, index: int, source: str, problems: list[PolicyError]) -> None:
-    key = f"apis[{index}]"
+def _is_mapping_with_known_keys(
+    raw: Any, key: str, known: set[str], source: str, problems: list[PolicyError]
+) -> bool:
+    """False (with a problem) unless ``raw`` is a mapping; each unknown key is a problem too."""
     if not isinstance(raw, dict):
         problems.append(PolicyError(source, key, f"expected a mapping, got {type(raw).__name__}"))
+        return False
+    for unknown in sorted(set(raw) - known, key=str):
+        problems.append(PolicyError(source, f"{key}.{unknown}", f"unknown key (known: {', '.join(sorted(known))})"))
+    return True
+
+
+def _apply_api_rule(policy: Policy, raw: Any, index: int, source: str, problems: list[PolicyError]) -> None:
+    key = f"apis[{index}]"
+    if not _is_mapping_with_known_keys(raw, key, API_RULE_KEYS, source, problems):
         return
-    for unknown in sorted(set(raw) - API_RULE_KEYS):
-        problems.append(PolicyError(source, f"{key}.{unknown}", f"unknown key (known: {', '.join(sorted(API_RULE_KEYS))})"))
     module = raw.get("module")
     if not isinstance(module, str) or not module:
         problems.append(PolicyError(source, f"{key}.module", "required: the module whose import applies the rule"))
@@ -122,11 +131,8 @@ def _apply_api_rule(policy: Policy, raw: Any, index: int, source: str, problems:
 
 def _apply_state_rule(policy: Policy, raw: Any, index: int, source: str, problems: list[PolicyError]) -> None:
     key = f"state[{index}]"
-    if not isinstance(raw, dict):
-        problems.append(PolicyError(source, key, f"expected a mapping, got {type(raw).__name__}"))
+    if not _is_mapping_with_known_keys(raw, key, STATE_RULE_KEYS, source, problems):
         return
-    for unknown in sorted(set(raw) - STATE_RULE_KEYS):
-        problems.append(PolicyError(source, f"{key}.{unknown}", "unknown key (known: at, items)"))
     at = raw.get("at")
     if at not in STATE_POINTS:
         problems.append(PolicyError(source, f"{key}.at", f"expected one of {', '.join(STATE_POINTS)}, got {at!r}"))
@@ -143,13 +149,11 @@ def _apply_state_rule(policy: Policy, raw: Any, index: int, source: str, problem
 
 
 def _apply_sampling(policy: Policy, raw: Any, source: str, problems: list[PolicyError]) -> None:
-    if not isinstance(raw, dict):
-        problems.append(PolicyError(source, "sampling", f"expected a mapping, got {type(raw).__name__}"))
+    if not _is_mapping_with_known_keys(raw, "sampling", SAMPLING_KEYS, source, problems):
         return
     values = {"warmup_steps": policy.sampling.warmup_steps, "every": policy.sampling.every}
     for name, value in raw.items():
         if name not in SAMPLING_KEYS:
-            problems.append(PolicyError(source, f"sampling.{name}", "unknown key (known: warmup_steps, every)"))
             continue
         minimum = 1 if name == "every" else 0
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
