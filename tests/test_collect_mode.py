@@ -197,3 +197,15 @@ def test_accelerate_prepare_keeps_the_users_names(tmp_path):
     outer = {c["id"]: c["step"] for c in trace.calls("accelerate.optimizer.AcceleratedOptimizer.step")}
     inner = trace.calls("torch.optim.AdamW.step")
     assert [outer[c["parent"]] for c in inner] == [c["step"] for c in inner] == [0, 1, 2, 3]
+
+
+def test_buffers_are_snapshotted_after_steps(tmp_path):
+    out = tmp_path / "t"
+    proc = run_python([cnn_train.__file__, "--steps", "3"], agent_env("collect", out))
+    assert proc.returncode == 0, proc.stderr
+    trace = read_traces(out)[0]
+    means = trace.states("after:optimizer.step", "model.bn1.running_mean")
+    assert [s["step"] for s in means] == [0, 1, 2] and means[0]["vtype"] == "buffer"
+    assert len({s["attrs"]["data"]["h"] for s in means}) == 3  # BatchNorm statistics move every step
+    tracked = trace.states("after:optimizer.step", "model.bn1.num_batches_tracked")
+    assert tracked[0]["attrs"]["dtype"] == "int64"

@@ -22,7 +22,8 @@ def test_default_policies_load_cleanly():
     policy, problems = load_policies(files)
     assert problems == []
     assert "torch.nn.functional" in policy.watched_modules
-    assert policy.state_rule("after", "optimizer.step").items == ("params.data", "params.grad", "optimizer.hyperparams")
+    assert policy.state_rule("after", "optimizer.step").items == (
+        "params.data", "params.grad", "optimizer.hyperparams", "buffers")
 
 
 def test_every_problem_is_reported_with_file_and_key(tmp_path):

@@ -91,6 +91,8 @@ class StateProbe:
             self._optimizer_state(base, optimizer)
         if "module.mode" in items:
             self._module_modes(base, module)
+        if "buffers" in items:
+            self._buffers(base, module)
 
     # -- what to look at -------------------------------------------------------------------
     def _select_params(
@@ -181,9 +183,21 @@ class StateProbe:
         for pname, values in scalars.items():
             self.emit(dict(base, var=f"{opt_name}.state.{pname}", vtype="optimizer_state", owner=opt_name, attrs=values))
 
+    def _modules_in_scope(self, module: torch.nn.Module | None) -> list[tuple[str, torch.nn.Module]]:
+        if module is None:
+            return self.registry.roots()
+        return [(self.registry.module_names.get(id(module), type(module).__name__.lower()), module)]
+
+    def _buffers(self, base: dict[str, Any], module: torch.nn.Module | None) -> None:
+        named: list[tuple[str, torch.Tensor]] = []
+        for root_name, root in self._modules_in_scope(module):
+            named.extend((f"{root_name}.{name}", buf.detach()) for name, buf in root.named_buffers())
+        for (name, buf), fp in zip(named, fingerprint_tensors([b for _, b in named]), strict=True):
+            self.emit(dict(base, var=name, vtype="buffer", attrs={
+                "data": fp, "dtype": dtype_name(buf.dtype), "shape": list(buf.shape), "device": str(buf.device)}))
+
     def _module_modes(self, base: dict[str, Any], module: torch.nn.Module | None) -> None:
-        roots = [(self.registry.module_names.get(id(module), type(module).__name__.lower()), module)] if module is not None else self.registry.roots()
-        for root_name, root in roots:
+        for root_name, root in self._modules_in_scope(module):
             for sub_name, sub in root.named_modules():
                 var = self.registry.module_names.get(id(sub)) or (f"{root_name}.{sub_name}" if sub_name else root_name)
                 self.emit(dict(base, var=var, vtype=type(sub).__name__, attrs={"training": sub.training}))

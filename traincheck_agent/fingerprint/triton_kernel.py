@@ -29,7 +29,7 @@ from traincheck_agent.fingerprint import device_hash as dh
 BLOCK = 2048
 ITERS = 8
 NUM_WARPS = 8
-MAX_TENSORS = 1024  # tensors per launch (the program->tensor search loads this many starts)
+MAX_TENSORS = 1024  # tensors per launch, a power of 2 >= 32 (programs search this many starts)
 
 _KA = tl.constexpr(dh.KA)
 _KHA = tl.constexpr(dh.KHA)
@@ -135,7 +135,7 @@ def _block(addr, nbytes, blk, j, j_ka, j_kb, odd, acc_a, acc_b, f1, f2,
     return acc_a, acc_b, f1, f2
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_tensors"])
 def _tw_kernel(meta_ptr, starts_ptr, out_ptr, n_tensors,
                BLOCK: tl.constexpr, ITERS: tl.constexpr, TP: tl.constexpr,
                LOAD: tl.constexpr, ALIGNED: tl.constexpr, E: tl.constexpr,
@@ -205,11 +205,8 @@ _QUANTIZED = frozenset({torch.qint8, torch.quint8, torch.qint32, torch.quint4x2,
 
 
 def _table_width(n: int) -> int:
-    """Few distinct widths of the program->tensor search, so few kernel variants compile."""
-    for width in (16, 64, 256):
-        if n <= width:
-            return width
-    return MAX_TENSORS
+    """Two widths of the program->tensor search only, so few kernel variants compile."""
+    return 32 if n <= 32 else MAX_TENSORS
 
 
 class Plan:
@@ -248,9 +245,11 @@ class Plan:
         for (load, aligned, spec), members in groups.items():
             for c in range(0, len(members), MAX_TENSORS):
                 part = members[c:c + MAX_TENSORS]
+                table.extend([0] * (len(table) % 2))  # 16-byte aligned: one kernel variant
                 meta_off = len(table)
                 for row in part:
                     table.extend(row)
+                table.extend([0] * (len(table) % 2))
                 starts_off = len(table)
                 programs = 0
                 for _, n, _ in part:

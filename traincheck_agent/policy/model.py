@@ -23,6 +23,7 @@ STATE_ITEMS = (
     "optimizer.state",  # fingerprints of optimizer state tensors (exp_avg, momentum, ...)
     "optimizer.hyperparams",  # scalar hyper-parameters of each param group (lr, momentum, ...)
     "module.mode",  # the training flag of every submodule
+    "buffers",  # fingerprints of module buffers (BatchNorm running statistics, ...)
 )
 
 
