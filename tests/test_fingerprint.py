@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from pathlib import Path
 import re
 import subprocess
 import sys
@@ -138,11 +139,11 @@ def test_device_algorithm_known_answers():
         torch.tensor([1.5, -2.0], dtype=torch.bfloat16),
     ])
     assert [g["h"] for g in got] == [
-        "tw:11001f89c61062e7",
-        "tw:bd5cb450be1e7290",
-        "tw:0000000000000000",
-        "tw:ecde1bc45a48be65",
-        "tw:ea38b2622a66b275",
+        "tw:fb849724ba0c1cfb",
+        "tw:d20173f980598bfe",
+        "tw:e220a8397b1dcdaf",
+        "tw:cd9a4ec4d89793b0",
+        "tw:f9a2ed9a22a014ac",
     ]
     assert got[0]["h"] == py_tw(b"".join(i.to_bytes(4, "little") for i in range(10)))
     assert got[3]["h"] == py_tw(bytes(range(7)))
@@ -518,11 +519,18 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
 )
 
 
+# CI installs Triton here (.ci/run), outside the venv, so that torch never sees it.
+TRITON_SITE = Path(__file__).resolve().parent.parent / ".triton-site"
+
+
 def test_triton_kernel_in_interpreter_matches_reference():
-    missing = [m for m in ("triton", "numpy") if importlib.util.find_spec(m) is None]
-    if missing:
-        pytest.skip(f"needs {' and '.join(missing)} installed (Triton's CPU interpreter)")
     env = dict(os.environ, TRITON_INTERPRET="1")
+    if TRITON_SITE.is_dir():
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TRITON_SITE), env.get("PYTHONPATH")) if p)
+    elif importlib.util.find_spec("triton") is None:
+        pytest.skip("needs triton: .ci/run installs it into .triton-site (Triton's CPU interpreter)")
+    if importlib.util.find_spec("numpy") is None:
+        pytest.skip("needs numpy (Triton's CPU interpreter)")
     out = subprocess.run([sys.executable, "-c", _INTERPRETER_SCRIPT], capture_output=True,
                          text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]

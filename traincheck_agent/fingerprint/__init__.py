@@ -32,6 +32,7 @@ SPARSE_DENSE_LIMIT = 1 << 26
 
 _kernel: dict[str, Any] = {"module": None, "failed": False}
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+_STRIDED = torch.strided
 
 
 def _marker(kind: str) -> dict:
@@ -110,29 +111,46 @@ def _device_batch(device: torch.device, tensors: list[torch.Tensor]) -> list[dic
     return device_hash.fingerprint_reference(tensors)
 
 
+def _fingerprint_group(device: torch.device, tensors: list[torch.Tensor]) -> list[dict]:
+    kind = device.type
+    if kind == "cpu":
+        return [cpu.fingerprint_cpu(t) for t in tensors]
+    if kind == "meta":
+        return [_marker("meta") for _ in tensors]
+    return _device_batch(device, tensors)
+
+
 def fingerprint_tensors(tensors: Sequence[torch.Tensor]) -> list[dict]:
     """Fingerprint many tensors at once, in input order.
 
     Tensors of one accelerator are done together: a few kernel launches and one device-to-host
-    copy for the whole batch, which is what keeps a per-step snapshot of a model cheap.
+    copy for the whole batch, which is what keeps a per-step snapshot of a model cheap. The
+    per-tensor host work is kept to a few attribute reads (it dominates for small tensors).
     """
-    results: list[dict | None] = [None] * len(tensors)
-    on_device: dict[torch.device, list[tuple[int, torch.Tensor]]] = {}
+    n = len(tensors)
+    results: list[dict | None] = [None] * n
+    groups: dict[torch.device, tuple[list[int], list[torch.Tensor]]] = {}
     with torch.no_grad():
         for k, t in enumerate(tensors):
-            if type(t) in _PLAIN_TYPES and t.layout is torch.strided and not t.is_meta:
-                prepared = t  # the common case: no further checks (they cost ~1 us a tensor)
-            else:
+            if type(t) not in _PLAIN_TYPES or t.layout is not _STRIDED:
                 prepared = _prepare(t)
-            if isinstance(prepared, dict):
-                results[k] = prepared
-            elif prepared.is_cpu:
-                results[k] = cpu.fingerprint_cpu(prepared)
-            else:
-                on_device.setdefault(prepared.device, []).append((k, prepared))
-        for device, items in on_device.items():
-            fps = _device_batch(device, [t for _, t in items])
-            for (k, _), fp in zip(items, fps, strict=True):
+                if isinstance(prepared, dict):
+                    results[k] = prepared
+                    continue
+                t = prepared
+            device = t.device
+            group = groups.get(device)
+            if group is None:
+                group = groups[device] = ([], [])
+            group[0].append(k)
+            group[1].append(t)
+        if len(groups) == 1:
+            ((device, (index, group_tensors)),) = groups.items()
+            if len(index) == n:
+                return _fingerprint_group(device, group_tensors)
+        for device, (index, group_tensors) in groups.items():
+            fps = _fingerprint_group(device, group_tensors)
+            for k, fp in zip(index, fps, strict=True):
                 results[k] = fp
     return results  # type: ignore[return-value]
 

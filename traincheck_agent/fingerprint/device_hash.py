@@ -19,9 +19,9 @@ Algorithm, for a tensor whose logical content (row-major, conj/neg views resolve
    changing any single word always changes both ``a`` and ``b``.
 3. ``A = sum(a) mod 2**32`` and ``B = sum(b) mod 2**32``: sums are order-free, so blocks of a
    tensor may be reduced in any order (atomics included) and still give one answer.
-4. ``h = splitmix64_finalizer((B << 32 | A) ^ n * GOLDEN64)``, printed as ``tw:<16 hex>``.
-   The finalizer is a bijection, so no collision is added, and ``n`` tells apart tensors that
-   only differ by the zero padding.
+4. ``h = (B << 32 | A) ^ K(n)`` with ``K`` a splitmix64 key of the byte count ``n``, printed
+   as ``tw:<16 hex>``. For one ``n`` this is a bijection of ``(A, B)``, so it adds no collision,
+   and ``n`` tells apart tensors that only differ by the zero padding.
 
 Flags: ``zero`` is "every element is zero" (sign bits of floats masked off, so -0.0 counts) and
 ``nonfinite`` is "some element has an all-ones exponent" for the float formats that have one.
@@ -145,16 +145,19 @@ def raw_bytes(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8)
 
 
-def finalize(a: int, b: int, nbytes: int) -> str:
-    """Fold the two 32-bit lane sums and the byte count into the printed 64-bit hash."""
-    h = ((b & M32) << 32) | (a & M32)
-    h ^= (nbytes * GOLDEN64) & M64
+def length_key(nbytes: int) -> int:
+    """64-bit key of the byte count (splitmix64), xor-ed into the hash."""
+    h = (nbytes + GOLDEN64) & M64
     h ^= h >> 30
     h = (h * 0xBF58476D1CE4E5B9) & M64
     h ^= h >> 27
     h = (h * 0x94D049BB133111EB) & M64
-    h ^= h >> 31
-    return f"{PREFIX}:{h:016x}"
+    return h ^ (h >> 31)
+
+
+def finalize(a: int, b: int, nbytes: int) -> str:
+    """The printed hash: lane sums ``B`` (high half) and ``A``, xor the byte count's key."""
+    return f"{PREFIX}:{(((b & M32) << 32) | (a & M32)) ^ length_key(nbytes):016x}"
 
 
 def make_fingerprint(a: int, b: int, flags: int, nbytes: int, spec: FlagSpec) -> dict:

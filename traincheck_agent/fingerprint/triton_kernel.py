@@ -16,6 +16,7 @@ the result does not depend on the order in which programs finish.
 from __future__ import annotations
 
 import array
+import itertools
 from collections.abc import Sequence
 from contextlib import nullcontext
 
@@ -25,9 +26,10 @@ import triton.language as tl
 
 from traincheck_agent.fingerprint import device_hash as dh
 
-# Launch shape; the GPU check script may sweep these.
+# Launch shape; the GPU check script may sweep these. A program hashes up to ITERS blocks of
+# BLOCK words: long enough to hide its start (finding its tensor), short enough to spread.
 BLOCK = 2048
-ITERS = 8
+ITERS = 16
 NUM_WARPS = 8
 MAX_TENSORS = 1024  # tensors per launch, a power of 2 >= 32 (programs search this many starts)
 
@@ -113,9 +115,8 @@ def _block(addr, nbytes, blk, j, j_ka, j_kb, odd, acc_a, acc_b, f1, f2,
     if IEEE:
         if E == 32:
             f1 = tl.maximum(f1, w & 0x7FFFFFFF)
-        else:
-            f1 = tl.maximum(f1, w & 0x7FFF)
-            f2 = tl.maximum(f2, w & 0x7FFF0000)
+        else:  # both halves in one running max: fewer registers than two
+            f1 = tl.maximum(f1, tl.maximum(w & 0x7FFF, (w >> 16) & 0x7FFF))
     else:
         if E == 64:
             f1 = f1 | (w & tl.where(odd, ZMASK, 0xFFFFFFFF).to(tl.uint32))
@@ -135,9 +136,9 @@ def _block(addr, nbytes, blk, j, j_ka, j_kb, odd, acc_a, acc_b, f1, f2,
     return acc_a, acc_b, f1, f2
 
 
-@triton.jit(do_not_specialize=["n_tensors"])
-def _tw_kernel(meta_ptr, starts_ptr, out_ptr, n_tensors,
-               BLOCK: tl.constexpr, ITERS: tl.constexpr, TP: tl.constexpr,
+@triton.jit(do_not_specialize=["n_tensors", "iters"])
+def _tw_kernel(meta_ptr, starts_ptr, out_ptr, n_tensors, iters,
+               BLOCK: tl.constexpr, TP: tl.constexpr,
                LOAD: tl.constexpr, ALIGNED: tl.constexpr, E: tl.constexpr,
                ZMASK: tl.constexpr, NMASK: tl.constexpr, NVAL: tl.constexpr,
                IEEE: tl.constexpr):
@@ -153,8 +154,8 @@ def _tw_kernel(meta_ptr, starts_ptr, out_ptr, n_tensors,
     nwords = (nbytes + 3) // 4
     n_blocks = (nwords + BLOCK - 1) // BLOCK
     n_full = nbytes // (4 * BLOCK)
-    b0 = prog * ITERS
-    b1 = tl.minimum(b0 + ITERS, n_blocks)
+    b0 = prog * iters
+    b1 = tl.minimum(b0 + iters, n_blocks)
     bf = tl.minimum(b1, n_full)
 
     j = tl.arange(0, BLOCK)
@@ -178,11 +179,8 @@ def _tw_kernel(meta_ptr, starts_ptr, out_ptr, n_tensors,
     m1 = tl.max(f1, axis=0)
     m2 = tl.max(f2, axis=0)
     if IEEE:
-        if E == 32:  # noqa: SIM108
-            nonfinite = m1 >= NVAL
-        else:
-            nonfinite = (m1 >= NVAL) | (m2 >= (NVAL << 16))
-        nonzero = (m1 | m2) != 0
+        nonfinite = m1 >= NVAL
+        nonzero = m1 != 0
     else:
         nonzero = m1 != 0
         nonfinite = m2 != 0
@@ -193,15 +191,21 @@ def _tw_kernel(meta_ptr, starts_ptr, out_ptr, n_tensors,
     tl.atomic_or(out + 2, flags)
 
 
-def _load_width(addr: int, nbytes: int) -> int:
-    if addr % 4 == 0 and nbytes % 4 == 0:
-        return 4
-    if addr % 2 == 0 and nbytes % 2 == 0:
-        return 2
-    return 1
-
-
 _QUANTIZED = frozenset({torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quint2x4})
+# Dtypes that always take the careful path (conj bit, integer representation).
+_SLOW_DTYPES = _QUANTIZED | {torch.complex64, torch.complex128} | (
+    {torch.complex32} if hasattr(torch, "complex32") else set()
+)
+_LENGTH_KEYS: dict[int, int] = {}
+
+
+def _length_key(nbytes: int) -> int:
+    key = _LENGTH_KEYS.get(nbytes)
+    if key is None:
+        if len(_LENGTH_KEYS) > 4096:
+            _LENGTH_KEYS.clear()
+        key = _LENGTH_KEYS[nbytes] = dh.length_key(nbytes)
+    return key
 
 
 def _table_width(n: int) -> int:
@@ -209,55 +213,70 @@ def _table_width(n: int) -> int:
     return 32 if n <= 32 else MAX_TENSORS
 
 
+# Load codes: 32-bit words at a 16-byte aligned address, 32-bit words, 16-bit halves, bytes.
+_LOADS = ((4, True), (4, False), (2, False), (1, False))
+
+
 class Plan:
     """What one batch launches: the content read (kept alive until the results are back), the
-    host table and, per launch, its constexprs and offsets into that table."""
+    host table and, per launch, its constexprs and offsets into that table.
+
+    Built for speed: for the usual contiguous tensor it reads five attributes and appends to
+    lists; everything else happens in bulk per launch group.
+    """
 
     def __init__(self, tensors: Sequence[torch.Tensor]) -> None:
         self.device = tensors[0].device
         self.keep: list[torch.Tensor] = []
         self.nbytes: list[int] = []
-        self.specs: list[dh.FlagSpec] = []
-        groups: dict[tuple, list[tuple[int, int, int]]] = {}
-        spec_of = dh.flag_spec
+        self.dtypes: list[torch.dtype] = []
+        keep, nbytes, dtypes = self.keep, self.nbytes, self.dtypes
+        groups: dict[torch.dtype, list[list[int]]] = {}
+        slow = _SLOW_DTYPES
         for k, t in enumerate(tensors):
             dtype = t.dtype
-            if (t.is_contiguous() and not t.is_neg() and dtype not in _QUANTIZED
-                    and not (dtype.is_complex and t.is_conj())):
-                flat = t  # hashed in place: the common case, kept to a few attribute reads
-            else:
-                flat = dh.raw_bytes(t)
-            n = flat.nbytes
-            spec = spec_of(dtype)
-            self.keep.append(flat)
-            self.nbytes.append(n)
-            self.specs.append(spec)
-            if n == 0:
-                continue
-            addr = flat.data_ptr()
-            load = _load_width(addr, n)
-            key = (load, load == 4 and addr % 16 == 0, spec)
-            groups.setdefault(key, []).append((addr, n, k))
+            if dtype in slow or not t.is_contiguous() or t.is_neg():
+                t = dh.raw_bytes(t)
+            n = t.nbytes
+            keep.append(t)
+            nbytes.append(n)
+            dtypes.append(dtype)
+            if n:
+                addr = t.data_ptr()
+                if not (addr | n) & 3:
+                    code = 1 if addr & 15 else 0
+                elif not (addr | n) & 1:
+                    code = 2
+                else:
+                    code = 3
+                group = groups.get(dtype)
+                if group is None:
+                    group = groups[dtype] = [[], [], [], []]
+                group[code] += (addr, n, k)
 
-        chunk_words = BLOCK * ITERS
+        self.iters = ITERS
+        chunk_bytes = 4 * BLOCK * ITERS
         table = array.array("q")
         self.launches: list[tuple] = []
-        for (load, aligned, spec), members in groups.items():
-            for c in range(0, len(members), MAX_TENSORS):
-                part = members[c:c + MAX_TENSORS]
-                table.extend([0] * (len(table) % 2))  # 16-byte aligned: one kernel variant
-                meta_off = len(table)
-                for row in part:
-                    table.extend(row)
-                table.extend([0] * (len(table) % 2))
-                starts_off = len(table)
-                programs = 0
-                for _, n, _ in part:
-                    table.append(programs)
-                    programs += ((n + 3) // 4 + chunk_words - 1) // chunk_words
-                self.launches.append((load, aligned, spec, len(part), meta_off, starts_off,
-                                      programs))
+        for dtype, group in groups.items():
+            spec = dh.flag_spec(dtype)
+            for code, rows in enumerate(group):
+                for c in range(0, len(rows), 3 * MAX_TENSORS):
+                    part = rows[c:c + 3 * MAX_TENSORS]
+                    count = len(part) // 3
+                    table.extend([0] * (len(table) % 2))  # 16-byte aligned: one kernel variant
+                    meta_off = len(table)
+                    table.extend(part)
+                    table.extend([0] * (len(table) % 2))
+                    starts_off = len(table)
+                    programs = list(itertools.accumulate(
+                        [(n + chunk_bytes - 1) // chunk_bytes for n in part[1::3]], initial=0))
+                    table.extend(programs[:-1])
+                    load, aligned = _LOADS[code]
+                    self.launches.append((load, aligned, spec, count, meta_off, starts_off,
+                                          programs[-1]))
         self.table = table
+        self.never_zero = any(dh.flag_spec(d).never_zero for d in groups)
 
     def launch(self, out: torch.Tensor) -> None:
         """Queue the kernels; they add into ``out`` (int32, one row of 4 per tensor, zeroed)."""
@@ -268,17 +287,30 @@ class Plan:
         with ctx:
             for load, aligned, spec, count, meta_off, starts_off, programs in self.launches:
                 _tw_kernel[(programs,)](
-                    dev_table[meta_off:], dev_table[starts_off:], out, count,
-                    BLOCK=BLOCK, ITERS=ITERS, TP=_table_width(count), LOAD=load,
-                    ALIGNED=aligned, E=spec.e, ZMASK=spec.zmask, NMASK=spec.nmask,
-                    NVAL=spec.nval, IEEE=spec.ieee, num_warps=NUM_WARPS,
+                    dev_table[meta_off:], dev_table[starts_off:], out, count, self.iters,
+                    BLOCK=BLOCK, TP=_table_width(count), LOAD=load, ALIGNED=aligned, E=spec.e,
+                    ZMASK=spec.zmask, NMASK=spec.nmask, NVAL=spec.nval, IEEE=spec.ieee,
+                    num_warps=NUM_WARPS,
                 )
 
-    def results(self, rows: list[list[int]]) -> list[dict]:
-        return [
-            dh.make_fingerprint(a, b, flags, n, spec)
-            for (a, b, flags, _), n, spec in zip(rows, self.nbytes, self.specs, strict=True)
-        ]
+    def results(self, flat: list[int]) -> list[dict]:
+        """Fingerprints from the output read back as unsigned 64-bit pairs per tensor:
+        ``B << 32 | A`` (the int32 lanes, little-endian) and the flags."""
+        keys = _LENGTH_KEYS
+        out = []
+        append = out.append
+        pairs = iter(flat)
+        for h, flags, n in zip(pairs, pairs, self.nbytes, strict=True):
+            key = keys.get(n)
+            if key is None:
+                key = _length_key(n)
+            hexed = "tw:%016x" % (h ^ key)  # noqa: UP031 ("%" is the fastest form here)
+            append({"h": hexed, "zero": not flags & 1, "nonfinite": flags > 1})
+        if self.never_zero:
+            for fp, n, dtype in zip(out, self.nbytes, self.dtypes, strict=True):
+                if n and dh.flag_spec(dtype).never_zero:
+                    fp["zero"] = False
+        return out
 
 
 def fingerprint_batch(tensors: Sequence[torch.Tensor]) -> list[dict]:
@@ -290,5 +322,5 @@ def fingerprint_batch(tensors: Sequence[torch.Tensor]) -> list[dict]:
         plan = Plan(tensors)
         out = torch.zeros((len(tensors), 4), dtype=torch.int32, device=plan.device)
         plan.launch(out)
-        rows = out.cpu().tolist()
-    return plan.results(rows)
+        flat = out.cpu().view(torch.uint64).reshape(-1).tolist()
+    return plan.results(flat)
