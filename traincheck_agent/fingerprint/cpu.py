@@ -36,12 +36,34 @@ def _digest(flat: torch.Tensor) -> str:
     return xxhash.xxh3_64_hexdigest(buf)
 
 
+# torch runs a reduction on its intra-op thread pool once a tensor passes its grain size
+# (32768 elements). For the small and medium tensors of a snapshot, waking that pool costs far
+# more than the work, and on a busy machine it competes with the training threads (measured on 2
+# cores: 7.8 ms for one 50k-element aminmax vs 12 us in two serial pieces). So tensors up to
+# SERIAL_LIMIT elements are reduced in pieces below the grain, on the calling thread.
+_GRAIN = 32768
+SERIAL_LIMIT = 1 << 22
+
+
+def _pieces(values: torch.Tensor) -> list[torch.Tensor] | tuple[torch.Tensor, ...]:
+    flat = values.reshape(-1)
+    if flat.numel() <= _GRAIN or flat.numel() > SERIAL_LIMIT:
+        return [flat]
+    return flat.split(_GRAIN)
+
+
 def _float_flags(values: torch.Tensor) -> tuple[bool, bool]:
-    lo, hi = torch.aminmax(values)
-    lo_f, hi_f = float(lo), float(hi)
-    zero = lo_f == 0.0 and hi_f == 0.0
-    nonfinite = not (math.isfinite(lo_f) and math.isfinite(hi_f))
+    zero, nonfinite = True, False
+    for piece in _pieces(values):
+        lo, hi = torch.aminmax(piece)
+        lo_f, hi_f = float(lo), float(hi)
+        zero = zero and lo_f == 0.0 and hi_f == 0.0
+        nonfinite = nonfinite or not (math.isfinite(lo_f) and math.isfinite(hi_f))
     return zero, nonfinite
+
+
+def _any_nonzero(flat: torch.Tensor) -> bool:
+    return any(bool(piece.any()) for piece in _pieces(flat))
 
 
 def _flags(t: torch.Tensor, flat: torch.Tensor) -> tuple[bool, bool]:
@@ -50,7 +72,7 @@ def _flags(t: torch.Tensor, flat: torch.Tensor) -> tuple[bool, bool]:
         return True, False
     dtype = t.dtype
     if dtype in _PLAIN_DTYPES and not t.is_quantized:
-        return not bool(flat.any()), False
+        return not _any_nonzero(flat), False
     if dtype in _MINMAX_DTYPES:
         return _float_flags(flat.view(dtype))
     if dtype in _COMPLEX_DTYPES:
@@ -60,9 +82,22 @@ def _flags(t: torch.Tensor, flat: torch.Tensor) -> tuple[bool, bool]:
     return fp["zero"], fp["nonfinite"]
 
 
+def _fast_float(t: torch.Tensor) -> dict | None:
+    """The common case without building a byte view: a contiguous float tensor, hashed from its
+    memory in place (about half the per-tensor cost of the general path on small tensors)."""
+    if t.dtype not in _MINMAX_DTYPES or not t.is_contiguous() or t.is_neg() or t.numel() == 0:
+        return None
+    nbytes = t.numel() * t.element_size()
+    digest = xxhash.xxh3_64_hexdigest((ctypes.c_char * nbytes).from_address(t.data_ptr()))
+    zero, nonfinite = _float_flags(t)
+    return {"h": f"{PREFIX}:{digest}", "zero": zero, "nonfinite": nonfinite}
+
+
 def fingerprint_cpu(t: torch.Tensor) -> dict:
-    """Fingerprint one strided CPU tensor; reads it, never writes it."""
-    with torch.no_grad():
-        flat = device_hash.raw_bytes(t)
-        zero, nonfinite = _flags(t, flat)
-        return {"h": f"{PREFIX}:{_digest(flat)}", "zero": zero, "nonfinite": nonfinite}
+    """Fingerprint one strided CPU tensor; reads it, never writes it. Callers hold no_grad."""
+    fast = _fast_float(t)
+    if fast is not None:
+        return fast
+    flat = device_hash.raw_bytes(t)
+    zero, nonfinite = _flags(t, flat)
+    return {"h": f"{PREFIX}:{_digest(flat)}", "zero": zero, "nonfinite": nonfinite}
