@@ -209,3 +209,15 @@ def test_buffers_are_snapshotted_after_steps(tmp_path):
     assert len({s["attrs"]["data"]["h"] for s in means}) == 3  # BatchNorm statistics move every step
     tracked = trace.states("after:optimizer.step", "model.bn1.num_batches_tracked")
     assert tracked[0]["attrs"]["dtype"] == "int64"
+
+
+def test_spawned_dataloader_workers_leave_no_traces(tmp_path):
+    # The workers call torch.nn.functional.dropout (a wrapped API): they start the agent like
+    # any spawned child and must switch it off once they turn out to be DataLoader workers.
+    out = tmp_path / "t"
+    proc = run_python([str(PIPELINES / "spawn_loader_train.py")], agent_env("collect", out))
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    traces = read_traces(out)
+    assert len(traces) == 1
+    assert len(traces[0].calls("torch.optim.SGD.step")) == 4
+    assert not traces[0].calls("torch.nn.functional.dropout")
