@@ -15,7 +15,9 @@ def main():
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for x, y in dl:
-        opt.zero_grad(); torch.nn.functional.mse_loss(model(x), y).backward(); opt.step()
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
     print("ok")
 
 if __name__ == "__main__":
