@@ -23,6 +23,7 @@ def _collect(tmp_path, *script_args: str, **extra: str):
     out = tmp_path / "trace"
     proc = run_python([MLP, *script_args], agent_env("collect", out, **extra))
     assert proc.returncode == 0, proc.stderr
+    assert "[traincheck]" not in proc.stderr, proc.stderr
     traces = read_traces(out)
     assert len(traces) == 1, [t.path.name for t in traces]
     return proc, traces[0]
@@ -167,6 +168,7 @@ def test_torchrun_writes_one_trace_per_rank(tmp_path):
     cmd = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(PIPELINES / "ddp_train.py")]
     proc = run_python(cmd, agent_env("collect", out, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr
+    assert "[traincheck]" not in proc.stderr, proc.stderr
     traces = sorted(read_traces(out), key=lambda t: t.header["rank"])
     assert [t.header["rank"] for t in traces] == [0, 1]
     assert {t.header["world_size"] for t in traces} == {2}
@@ -189,6 +191,7 @@ def test_accelerate_prepare_keeps_the_users_names(tmp_path):
     out = tmp_path / "t"
     proc = run_python([str(PIPELINES / "accelerate_train.py")], agent_env("collect", out))
     assert proc.returncode == 0, proc.stderr
+    assert "[traincheck]" not in proc.stderr, proc.stderr
     trace = read_traces(out)[0]
     params = {s["var"] for s in trace.states("after:optimizer.step") if s["vtype"] == "Parameter"}
     assert params == {"net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"}
@@ -221,3 +224,18 @@ def test_spawned_dataloader_workers_leave_no_traces(tmp_path):
     assert len(traces) == 1
     assert len(traces[0].calls("torch.optim.SGD.step")) == 4
     assert not traces[0].calls("torch.nn.functional.dropout")
+
+
+def test_accelerate_two_processes_under_torchrun(tmp_path):
+    out = tmp_path / "t"
+    cmd = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(PIPELINES / "accelerate_train.py")]
+    proc = run_python(cmd, agent_env("collect", out, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr
+    assert "[traincheck]" not in proc.stderr, proc.stderr
+    traces = sorted(read_traces(out), key=lambda t: t.header["rank"])
+    assert [(t.header["rank"], t.header["world_size"]) for t in traces] == [(0, 2), (1, 2)]
+    for trace in traces:
+        params = {s["var"] for s in trace.states("after:optimizer.step") if s["vtype"] == "Parameter"}
+        assert params == {"net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"}
+        assert [c["step"] for c in trace.calls("torch.optim.AdamW.step")] == [0, 1]
+        assert trace.calls("torch.nn.parallel.DistributedDataParallel.forward")

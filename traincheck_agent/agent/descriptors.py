@@ -56,7 +56,8 @@ def describe(value: Any, level: str, names: dict[int, str], module_names: dict[i
     if isinstance(value, torch.Tensor):
         return describe_tensor(value, names, level)
     if isinstance(value, torch.nn.Module):
-        out = {"t": type(value).__name__, "training": value.training}
+        # getattr: a module under construction (its own __init__ being recorded) has no flag yet
+        out = {"t": type(value).__name__, "training": getattr(value, "training", None)}
         name = module_names.get(id(value))
         if name is not None:
             out["name"] = name

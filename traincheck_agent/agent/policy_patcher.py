@@ -105,6 +105,7 @@ def _apply_rule(
                 func_for_names=func,
                 is_method=inspect.isclass(owner) and not isinstance(target, staticmethod),
                 after=after_call.get(full_name),
+                describe_self=attr != "__init__",  # the object is not built yet
             )
             if wrap_attribute(owner, attr, wrapper):
                 wrapped += 1

@@ -225,5 +225,5 @@ def install_distributed_probes(module: Any) -> None:
         wrap_attribute(ddp, "__init__", make_call_wrapper(
             "torch.nn.parallel.DistributedDataParallel.__init__", args_level=DESCRIBE_SUMMARY,
             returns_level=DESCRIBE_NONE, func_for_names=ddp.__init__, is_method=True,
-            after=_ddp_init_after,
+            after=_ddp_init_after, describe_self=False,
         ))
