@@ -163,13 +163,16 @@ def test_sigterm_leaves_a_readable_trace(tmp_path):
     assert len(trace.calls("torch.optim.Adam.step")) >= 6
 
 
-def test_torchrun_writes_one_trace_per_rank(tmp_path):
-    out = tmp_path / "t"
-    cmd = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(PIPELINES / "ddp_train.py")]
+def _torchrun_two_ranks(script: str, out):
+    cmd = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(PIPELINES / script)]
     proc = run_python(cmd, agent_env("collect", out, OMP_NUM_THREADS="1"))
     assert proc.returncode == 0, proc.stderr
     assert "[traincheck]" not in proc.stderr, proc.stderr
-    traces = sorted(read_traces(out), key=lambda t: t.header["rank"])
+    return sorted(read_traces(out), key=lambda t: t.header["rank"])
+
+
+def test_torchrun_writes_one_trace_per_rank(tmp_path):
+    traces = _torchrun_two_ranks("ddp_train.py", tmp_path / "t")
     assert [t.header["rank"] for t in traces] == [0, 1]
     assert {t.header["world_size"] for t in traces} == {2}
     assert len({t.header["run_id"] for t in traces}) == 1
@@ -227,12 +230,7 @@ def test_spawned_dataloader_workers_leave_no_traces(tmp_path):
 
 
 def test_accelerate_two_processes_under_torchrun(tmp_path):
-    out = tmp_path / "t"
-    cmd = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(PIPELINES / "accelerate_train.py")]
-    proc = run_python(cmd, agent_env("collect", out, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stderr
-    assert "[traincheck]" not in proc.stderr, proc.stderr
-    traces = sorted(read_traces(out), key=lambda t: t.header["rank"])
+    traces = _torchrun_two_ranks("accelerate_train.py", tmp_path / "t")
     assert [(t.header["rank"], t.header["world_size"]) for t in traces] == [(0, 2), (1, 2)]
     for trace in traces:
         params = {s["var"] for s in trace.states("after:optimizer.step") if s["vtype"] == "Parameter"}
