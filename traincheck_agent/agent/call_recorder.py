@@ -141,6 +141,9 @@ def make_call_wrapper(
             if stack and stack[-1] == ctx.call_id:
                 stack.pop()
             _epilogue(ctx, record_fields, t0, t1, returns_level, after)
+            # Drop our references at once: an exception's traceback would otherwise keep the
+            # context (and the user's tensors in it) alive until the cyclic GC runs.
+            ctx.exc = ctx.result = ctx.args = ctx.kwargs = None
         return result
 
     def _epilogue(ctx: CallContext, fields: dict | None, t0: int, t1: int, level: str, hook: Hook | None) -> None:
