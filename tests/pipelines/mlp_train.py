@@ -23,17 +23,24 @@ def main() -> None:
     parser.add_argument("--freeze-backbone", action="store_true")
     parser.add_argument("--raise-at", type=int, default=-1)
     parser.add_argument("--sleep-per-step", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    parser.add_argument("--bug", choices=["none", "optimizer-over-frozen"], default="none")
     args = parser.parse_args()
 
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     model = MLP()
-    if args.freeze_backbone:
+    if args.freeze_backbone or args.bug == "optimizer-over-frozen":
         for p in model.backbone.parameters():
             p.requires_grad_(False)
-        optimizer = torch.optim.SGD(model.head.parameters(), lr=0.1)
+    # The bug: the optimizer gets the frozen backbone instead of the trainable head.
+    trained = model.backbone if args.bug == "optimizer-over-frozen" else model.head if args.freeze_backbone else model
+    if args.optimizer == "sgd" or args.freeze_backbone:
+        optimizer = torch.optim.SGD(trained.parameters(), lr=args.lr * 10)
     else:
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    gen = torch.Generator().manual_seed(1)
+        optimizer = torch.optim.Adam(trained.parameters(), lr=args.lr)
+    gen = torch.Generator().manual_seed(args.seed + 1)
     x = torch.randn(64, 16, generator=gen)
     y = torch.randint(0, 4, (64,), generator=gen)
     losses = []

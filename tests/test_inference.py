@@ -1,0 +1,119 @@
+"""Inference on traces collected from real CPU training: what is learned, its preconditions,
+determinism, and a first offline check of clean and buggy variants."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PIPELINES, agent_env, run_python
+
+from traincheck_agent.inference.engine import check_offline, infer_invariants
+from traincheck_agent.inference.invariant import (
+    InvariantFileError,
+    read_invariants,
+    write_invariants,
+)
+
+MLP = str(PIPELINES / "mlp_train.py")
+
+
+def _collect(root: Path, name: str, *args: str) -> Path:
+    out = root / name
+    proc = run_python([MLP, *args], agent_env("collect", out))
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("runs")
+    return {
+        "reference": _collect(root, "reference", "--steps", "10"),
+        "frozen_reference": _collect(root, "frozen_reference", "--steps", "8", "--freeze-backbone"),
+        "clean_sgd": _collect(root, "clean_sgd", "--steps", "7", "--optimizer", "sgd", "--seed", "3", "--lr", "0.005"),
+        "clean_frozen": _collect(root, "clean_frozen", "--steps", "5", "--freeze-backbone", "--seed", "5"),
+        "bug_frozen_optimizer": _collect(root, "bug", "--steps", "4", "--bug", "optimizer-over-frozen"),
+    }
+
+
+def _by_subject(invariants):
+    return {(i.subject["event"], i.subject["attribute"], i.subject["effect"]): i for i in invariants}
+
+
+def test_core_training_invariants_are_learned(runs):
+    invariants, examples = infer_invariants([runs["reference"]])
+    found = _by_subject(invariants)
+    assert found[("optimizer.step", "data", "changed")].precondition == ()
+    assert found[("zero_grad", "grad", "becomes_none_or_zero")].precondition == ()
+    assert found[("backward", "grad", "becomes_nonzero")].precondition == ()
+    assert found[("optimizer.step", "grad", "unchanged")].support["passing"] == 60  # 6 params x 10 steps
+    assert len(examples.sources) == 1
+    # zero_grad at step 0 sees no grads yet: the precondition says the grad must be there.
+    cleared = found[("zero_grad", "grad", "changed")]
+    assert [c.text() for c in cleared.precondition] == ["before.grad = nonzero"]
+
+
+def test_frozen_parameters_give_a_precondition(runs):
+    invariants, _ = infer_invariants([runs["reference"], runs["frozen_reference"]])
+    fills = _by_subject(invariants)[("backward", "grad", "becomes_nonzero")]
+    assert [c.text() for c in fills.precondition] == ["requires_grad = True"]
+    assert "when requires_grad = True" in fills.description
+
+
+def test_invariants_file_is_deterministic(runs, tmp_path):
+    first, ex1 = infer_invariants([runs["reference"], runs["frozen_reference"]])
+    second, ex2 = infer_invariants([runs["frozen_reference"], runs["reference"]])
+    write_invariants(first, tmp_path / "a.json", [s.path for s in ex1.sources])
+    write_invariants(second, tmp_path / "b.json", [s.path for s in ex2.sources])
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    assert [i.id for i in read_invariants(tmp_path / "a.json")] == [i.id for i in first]
+
+
+def test_clean_variants_violate_nothing(runs):
+    invariants, _ = infer_invariants([runs["reference"], runs["frozen_reference"]])
+    assert check_offline(invariants, [runs["clean_sgd"]]) == []
+    assert check_offline(invariants, [runs["clean_frozen"]]) == []
+
+
+def test_optimizer_over_frozen_parameters_is_caught_in_the_first_step(runs):
+    invariants, _ = infer_invariants([runs["reference"], runs["frozen_reference"]])
+    violations = check_offline(invariants, [runs["bug_frozen_optimizer"]])
+    changed = [v for v in violations if "optimizer.step changes the data" in v["message"]]
+    assert changed and min(v["step"] for v in changed) == 0
+    assert {v["variable"] for v in changed} == {"model.backbone.0.weight", "model.backbone.0.bias",
+                                                 "model.backbone.2.weight", "model.backbone.2.bias"}
+
+
+def test_cli_infer_and_show(runs, tmp_path):
+    out = tmp_path / "inv.json"
+    cmd = [sys.executable, "-m", "traincheck_agent", "infer", str(runs["reference"]), "-o", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(out.read_text())["format"] == "traincheck-invariants"
+    show = subprocess.run([sys.executable, "-m", "traincheck_agent", "invariants", "show", str(out), "--api",
+                           "zero_grad"], capture_output=True, text=True)
+    assert show.returncode == 0 and "zero_grad leaves the grad None or zero" in show.stdout
+    assert all("zero_grad" in line for line in show.stdout.splitlines()[:-1])
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    ("{not json", "line 1: not valid JSON"),
+    ('{"format": "other"}', "not a traincheck invariants file"),
+    ('{"format": "traincheck-invariants", "version": 7, "invariants": []}', "version: unsupported version 7"),
+    ('{"format": "traincheck-invariants", "version": 1, "invariants": [3]}', "invariants[0]: expected an object"),
+    ('{"format": "traincheck-invariants", "version": 1, "invariants": [{"relation": "X", "subject": {}, '
+     '"precondition": [1]}]}', "invariants[0].precondition[0]: expected an object with field and value"),
+])
+def test_malformed_invariants_files(tmp_path, content, problem):
+    path = tmp_path / "inv.json"
+    path.write_text(content)
+    with pytest.raises(InvariantFileError) as err:
+        read_invariants(path)
+    assert str(err.value).startswith(f"{path}: ") and problem in str(err.value)
+    proc = subprocess.run([sys.executable, "-m", "traincheck_agent", "invariants", "show", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and problem in proc.stderr

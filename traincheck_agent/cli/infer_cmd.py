@@ -1,0 +1,74 @@
+"""``traincheck infer`` and ``traincheck invariants show``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from traincheck_agent.cli.errors import fail
+from traincheck_agent.trace.reader import TraceFormatError
+
+
+def add_parser(commands: Any) -> None:
+    infer = commands.add_parser(
+        "infer",
+        help="learn invariants from clean traces",
+        description="Learn invariants from one or more clean reference traces. An invariant "
+        "broken in any of them is not emitted.",
+    )
+    infer.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories")
+    infer.add_argument("-o", "--output", type=Path, default=Path("invariants.json"),
+                       help="invariants file to write (default invariants.json)")
+    infer.set_defaults(handler=run_infer)
+
+    invariants = commands.add_parser("invariants", help="inspect invariants files",
+                                     description="Inspect invariants files.")
+    invariants.set_defaults(help_parser=invariants)
+    sub = invariants.add_subparsers(dest="invariants_command", metavar="SUBCOMMAND")
+    show = sub.add_parser("show", help="list the invariants of a file",
+                          description="List the invariants of a file, one per line.")
+    show.add_argument("file", type=Path, help="invariants file")
+    show.add_argument("--relation", help="only this relation")
+    show.add_argument("--api", help="only invariants about this API / event (substring)")
+    show.set_defaults(handler=run_show)
+
+
+def run_infer(args: argparse.Namespace) -> int:
+    from traincheck_agent.inference.engine import infer_invariants
+    from traincheck_agent.inference.invariant import write_invariants
+
+    started = time.perf_counter()
+    try:
+        invariants, examples = infer_invariants(args.paths)
+    except (FileNotFoundError, TraceFormatError) as exc:
+        return fail(str(exc))
+    if not examples.sources:
+        return fail(f"no trace files under {' '.join(args.paths)}")
+    write_invariants(invariants, args.output, [s.path for s in examples.sources])
+    took = time.perf_counter() - started
+    print(f"{len(invariants)} invariants from {len(examples.sources)} trace file(s) "
+          f"in {took:.2f} s -> {args.output}")
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from traincheck_agent.inference.invariant import InvariantFileError, read_invariants
+
+    try:
+        invariants = read_invariants(args.file)
+    except InvariantFileError as exc:
+        return fail(str(exc))
+    shown = 0
+    for inv in invariants:
+        if args.relation and inv.relation != args.relation:
+            continue
+        if args.api and args.api not in str(inv.subject.get("event", inv.subject.get("api", ""))):
+            continue
+        support = inv.support.get("passing", 0)
+        sys.stdout.write(f"{inv.id}  {inv.relation:16s}  {inv.description}  [{support} examples]\n")
+        shown += 1
+    sys.stdout.write(f"{shown} of {len(invariants)} invariants\n")
+    return 0

@@ -1,0 +1,137 @@
+"""Examples of state transitions, read from traces.
+
+A state snapshot taken ``before:<event>`` and one taken ``after:<event>`` of the same call and
+the same variable make one example of what that event does to the variable. Traces are
+streamed: only the pending ``before`` half of each pair is held until its ``after`` arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.trace.schema import KIND_STATE
+
+# Attributes whose values are fingerprints (or None).
+TENSOR_ATTRS = ("data", "grad")
+# Attributes describing the variable, usable in preconditions.
+DESCRIPTIVE_ATTRS = ("dtype", "requires_grad", "tensor_model_parallel", "partition_dim", "sequence_parallel", "shared")
+
+NONE, ZERO, NONFINITE, NONZERO = "none", "zero", "nonfinite", "nonzero"
+
+
+def value_class(fingerprint: dict[str, Any] | None) -> str:
+    """The symbolic class of a tensor value: none, zero, nonfinite or nonzero."""
+    if fingerprint is None:
+        return NONE
+    if fingerprint.get("nonfinite"):
+        return NONFINITE
+    if fingerprint.get("zero"):
+        return ZERO
+    return NONZERO
+
+
+@dataclass(frozen=True)
+class TransitionExample:
+    """What one call of ``event`` did to one attribute of one variable."""
+
+    event: str
+    attribute: str
+    before_hash: str | None
+    after_hash: str | None
+    before_class: str
+    after_class: str
+    features: tuple[tuple[str, Any], ...]  # known before the call: what preconditions may use
+    trace: str
+    step: int
+    var: str
+
+    @property
+    def changed(self) -> bool:
+        return self.before_hash != self.after_hash
+
+    def feature_map(self) -> dict[str, Any]:
+        return dict(self.features)
+
+
+@dataclass
+class TraceSource:
+    path: str
+    run_id: str
+    rank: int
+    examples: int = 0
+
+
+@dataclass
+class ExampleSet:
+    """Examples grouped by (event, attribute), and the traces they came from."""
+
+    groups: dict[tuple[str, str], list[TransitionExample]] = field(default_factory=dict)
+    sources: list[TraceSource] = field(default_factory=list)
+
+    def add(self, example: TransitionExample) -> None:
+        self.groups.setdefault((example.event, example.attribute), []).append(example)
+
+
+def _features(record: dict[str, Any], before: dict[str, Any], attribute: str) -> tuple[tuple[str, Any], ...]:
+    attrs = record.get("attrs", {})
+    out: dict[str, Any] = {
+        "vtype": record.get("vtype"),
+        "phase": record.get("phase"),
+        "first_step": record.get("step") == 0,
+    }
+    for name in DESCRIPTIVE_ATTRS:
+        if name in attrs:
+            out[name] = attrs[name]
+    for name in TENSOR_ATTRS:  # the class of every tensor attribute before the call
+        if name in before:
+            out[f"before.{name}"] = value_class(before[name])
+    return tuple(sorted(out.items()))
+
+
+def transitions_in(trace: TraceFile, label: str) -> Iterator[TransitionExample]:
+    pending: dict[tuple[Any, str, str], dict[str, Any]] = {}
+    for record in trace.records():
+        if record.get("kind") != KIND_STATE or record.get("call") is None:
+            continue
+        when, _, event = str(record.get("where", "")).partition(":")
+        key = (record["call"], event, record.get("var"))
+        attrs = record.get("attrs", {})
+        if when == "before":
+            pending[key] = attrs
+            continue
+        before = pending.pop(key, None)
+        if when != "after" or before is None:
+            continue
+        for attribute in TENSOR_ATTRS:
+            if attribute not in attrs or attribute not in before:
+                continue
+            b, a = before[attribute], attrs[attribute]
+            yield TransitionExample(
+                event=event,
+                attribute=attribute,
+                before_hash=None if b is None else b.get("h"),
+                after_hash=None if a is None else a.get("h"),
+                before_class=value_class(b),
+                after_class=value_class(a),
+                features=_features(record, before, attribute),
+                trace=label,
+                step=record.get("step", -1),
+                var=str(record.get("var")),
+            )
+
+
+def collect_examples(paths: Iterable[str | Path]) -> ExampleSet:
+    out = ExampleSet()
+    for path in find_trace_files(paths):
+        trace = TraceFile(path)
+        header = trace.header
+        source = TraceSource(str(path), str(header.get("run_id")), int(header.get("rank", 0)))
+        for example in transitions_in(trace, path.name):
+            out.add(example)
+            source.examples += 1
+        out.sources.append(source)
+    return out

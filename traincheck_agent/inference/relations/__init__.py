@@ -1,0 +1,1 @@
+"""Relation templates, one module each."""

@@ -1,0 +1,99 @@
+"""StateTransition (the state half of EventContain): what a call does to the variables it
+touches, e.g. ``optimizer.step`` changes the data of every parameter that has a grad,
+``zero_grad`` leaves grads None or zero, ``backward`` leaves non-zero grads.
+
+Hypotheses come from the before/after snapshot pairs of each event and tensor attribute; each
+effect below is tried, its examples split into passing and failing, and a precondition is
+deduced. Effects that are no transition (the value was already in the target class in every
+passing example) are not emitted: they describe the variable, not the event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from traincheck_agent.inference.examples import (
+    NONE,
+    NONFINITE,
+    NONZERO,
+    ZERO,
+    ExampleSet,
+    TransitionExample,
+)
+from traincheck_agent.inference.invariant import Invariant
+from traincheck_agent.inference.preconditions import deduce, holds_all
+
+RELATION = "StateTransition"
+MIN_PASSING = 5
+MIN_STEPS = 2
+
+
+@dataclass(frozen=True)
+class Effect:
+    name: str
+    holds: Callable[[TransitionExample], bool]
+    phrase: str
+    # For effects that put the value in a class: the class set, to tell a transition apart from
+    # a value that was there already.
+    target: frozenset[str] | None = None
+
+
+EFFECTS = (
+    Effect("changed", lambda e: e.changed, "changes the {attr}"),
+    Effect("unchanged", lambda e: not e.changed, "does not change the {attr}"),
+    Effect("becomes_none_or_zero", lambda e: e.after_class in (NONE, ZERO), "leaves the {attr} None or zero",
+           frozenset({NONE, ZERO})),
+    Effect("becomes_nonzero", lambda e: e.after_class == NONZERO, "leaves the {attr} non-zero",
+           frozenset({NONZERO})),
+    Effect("stays_finite", lambda e: e.after_class != NONFINITE, "leaves the {attr} finite (no NaN/Inf)"),
+)
+EFFECTS_BY_NAME = {e.name: e for e in EFFECTS}
+
+
+def _describe(event: str, attribute: str, effect: Effect, precondition_text: str) -> str:
+    base = f"{event} {effect.phrase.format(attr=attribute)}, for every variable it touches"
+    return f"{base}, when {precondition_text}" if precondition_text else base
+
+
+def infer(examples: ExampleSet) -> list[Invariant]:
+    invariants = []
+    for (event, attribute), group in sorted(examples.groups.items()):
+        features = [e.feature_map() for e in group]
+        for effect in EFFECTS:
+            passing_idx = [i for i, e in enumerate(group) if effect.holds(e)]
+            if len(passing_idx) < MIN_PASSING or len({group[i].step for i in passing_idx}) < MIN_STEPS:
+                continue
+            if effect.target is not None and all(group[i].before_class in effect.target for i in passing_idx):
+                continue  # the value was already there: no transition
+            if effect.name == "stays_finite" and all(group[i].after_class == NONE for i in passing_idx):
+                continue  # nothing there to be finite
+            passing_set = set(passing_idx)
+            passing = [features[i] for i in passing_idx]
+            failing = [features[i] for i in range(len(group)) if i not in passing_set]
+            precondition = deduce(passing, failing)
+            if precondition is None:
+                continue
+            text = " and ".join(c.text() for c in precondition)
+            invariants.append(Invariant(
+                relation=RELATION,
+                subject={"event": event, "attribute": attribute, "effect": effect.name},
+                precondition=tuple(precondition),
+                support={
+                    "passing": len(passing),
+                    "excluded": len(failing),
+                    "steps": len({group[i].step for i in passing_idx}),
+                    "variables": len({group[i].var for i in passing_idx}),
+                },
+                description=_describe(event, attribute, effect, text),
+                sources=tuple(sorted({e.trace for e in group})),
+            ))
+    return invariants
+
+
+def check(invariant: Invariant, examples: ExampleSet) -> list[TransitionExample]:
+    """The examples that satisfy the precondition but not the effect."""
+    subject = invariant.subject
+    effect = EFFECTS_BY_NAME[subject["effect"]]
+    group = examples.groups.get((subject["event"], subject["attribute"]), [])
+    return [e for e in group if holds_all(invariant.precondition, e.feature_map()) and not effect.holds(e)]
