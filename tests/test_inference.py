@@ -117,3 +117,37 @@ def test_malformed_invariants_files(tmp_path, content, problem):
     proc = subprocess.run([sys.executable, "-m", "traincheck_agent", "invariants", "show", str(path)],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and problem in proc.stderr
+
+
+def _torchrun(root: Path, name: str, script: str, *args: str) -> Path:
+    out = root / name
+    cmd = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(PIPELINES / script), *args]
+    proc = run_python(cmd, agent_env("collect", out, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def _cross_rank(invariants):
+    return {(i.subject["event"], i.subject["attribute"]): i for i in invariants if i.relation == "CrossRankConsistent"}
+
+
+def test_ddp_replicas_are_equal_across_ranks(tmp_path):
+    invariants, _ = infer_invariants([_torchrun(tmp_path, "ddp", "ddp_train.py")])
+    found = _cross_rank(invariants)
+    equal_data = found[("after:optimizer.step", "data")]
+    assert equal_data.precondition == () and equal_data.support["variables"] == 4
+    assert found[("after:backward", "grad")].precondition == ()  # DDP all-reduces the grads
+
+
+def test_tensor_parallel_replicated_parameters_only_and_the_bloom_bug(tmp_path):
+    reference = _torchrun(tmp_path, "tp", "tp_train.py")
+    invariants, _ = infer_invariants([reference])
+    equal_data = _cross_rank(invariants)[("after:optimizer.step", "data")]
+    assert [c.text() for c in equal_data.precondition] == ["tensor_model_parallel = False"]
+    assert equal_data.support["variables"] == 2  # the LayerNorm weight and bias, never the shards
+    buggy = _torchrun(tmp_path, "tp_bug", "tp_train.py", "--bug", "clip-on-one-rank")
+    violations = [v for v in check_offline(invariants, [buggy]) if v["relation"] == "CrossRankConsistent"]
+    first = [v for v in violations if v["invariant"] == equal_data.id and v["step"] == 0]
+    assert {v["variable"] for v in first} == {"model.0.weight", "model.0.bias"}
+    assert all(v["ranks"] == [0, 1] for v in first)
+    assert check_offline(invariants, [_torchrun(tmp_path, "tp_clean", "tp_train.py", "--steps", "4")]) == []

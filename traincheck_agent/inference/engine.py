@@ -1,4 +1,8 @@
-"""Run every relation over the examples of a set of traces, and check invariants offline."""
+"""Run every relation over a set of traces, and check invariants offline.
+
+Examples of all the given traces are merged before any hypothesis is judged, so an invariant
+that one clean reference breaks is not emitted.
+"""
 
 from __future__ import annotations
 
@@ -8,38 +12,41 @@ from typing import Any
 
 from traincheck_agent.inference.examples import ExampleSet, collect_examples
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.relations import state_transition
-
-RELATIONS = {state_transition.RELATION: state_transition}
+from traincheck_agent.inference.relations import cross_rank, state_transition
+from traincheck_agent.trace.reader import find_trace_files
 
 
 def infer_invariants(paths: Iterable[str | Path]) -> tuple[list[Invariant], ExampleSet]:
-    """Invariants that hold in every given trace (examples of all traces are merged, so an
-    invariant broken in one clean reference is not emitted)."""
-    examples = collect_examples(paths)
-    invariants: list[Invariant] = []
-    for module in RELATIONS.values():
-        invariants.extend(module.infer(examples))
+    files = find_trace_files(paths)
+    examples = collect_examples(files)
+    invariants = state_transition.infer(examples)
+    invariants += cross_rank.infer_from_groups(cross_rank.collect(files), tuple(sorted(p.name for p in files)))
     return sorted(invariants, key=lambda i: i.id), examples
 
 
 def check_offline(invariants: Iterable[Invariant], paths: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """Violations of ``invariants`` in the traces at ``paths`` (one dict per failing example)."""
-    examples = collect_examples(paths)
-    violations = []
-    for inv in invariants:
-        module = RELATIONS.get(inv.relation)
-        if module is None:
-            continue
-        for example in module.check(inv, examples):
-            violations.append({
-                "invariant": inv.id,
-                "relation": inv.relation,
-                "step": example.step,
-                "variable": example.var,
-                "trace": example.trace,
-                "message": f"{inv.description}: violated by {example.var} at step {example.step} "
-                           f"({example.attribute}: {example.before_class} -> {example.after_class}, "
-                           f"{'changed' if example.changed else 'unchanged'})",
-            })
-    return violations
+    """Violations of ``invariants`` in the traces at ``paths``, earliest step first."""
+    files = find_trace_files(paths)
+    invariants = list(invariants)
+    violations: list[dict[str, Any]] = []
+    if any(i.relation == state_transition.RELATION for i in invariants):
+        examples = collect_examples(files)
+        for inv in (i for i in invariants if i.relation == state_transition.RELATION):
+            for ex in state_transition.check(inv, examples):
+                violations.append({
+                    "invariant": inv.id, "relation": inv.relation, "step": ex.step, "variable": ex.var,
+                    "trace": ex.trace,
+                    "message": f"{inv.description}: violated by {ex.var} at step {ex.step} ({ex.attribute}: "
+                               f"{ex.before_class} -> {ex.after_class}, {'changed' if ex.changed else 'unchanged'})",
+                })
+    if any(i.relation == cross_rank.RELATION for i in invariants):
+        groups = cross_rank.collect(files)
+        for inv in (i for i in invariants if i.relation == cross_rank.RELATION):
+            for ex in cross_rank.check(inv, groups):
+                violations.append({
+                    "invariant": inv.id, "relation": inv.relation, "step": ex.step, "variable": ex.var,
+                    "ranks": list(ex.ranks),
+                    "message": f"{inv.description}: {ex.var} differs across ranks {list(ex.ranks)} "
+                               f"at step {ex.step} ({ex.where})",
+                })
+    return sorted(violations, key=lambda v: (v["step"], v["invariant"], v["variable"]))
