@@ -41,7 +41,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
 
 def _by_subject(invariants):
-    return {(i.subject["event"], i.subject["attribute"], i.subject["effect"]): i for i in invariants}
+    return {(i.subject["event"], i.subject["attribute"], i.subject["effect"]): i
+            for i in invariants if i.relation == "StateTransition"}
 
 
 def test_core_training_invariants_are_learned(runs):
@@ -151,3 +152,26 @@ def test_tensor_parallel_replicated_parameters_only_and_the_bloom_bug(tmp_path):
     assert {v["variable"] for v in first} == {"model.0.weight", "model.0.bias"}
     assert all(v["ranks"] == [0, 1] for v in first)
     assert check_offline(invariants, [_torchrun(tmp_path, "tp_clean", "tp_train.py", "--steps", "4")]) == []
+
+
+def test_output_dtype_follows_the_autocast_context(tmp_path):
+    from traincheck_agent.examples import transformer_lm
+
+    refs = []
+    for name, extra in (("bf16", ["--autocast", "bf16"]), ("fp32", [])):
+        out = tmp_path / name
+        proc = run_python([transformer_lm.__file__, "--steps", "4", *extra], agent_env("collect", out))
+        assert proc.returncode == 0, proc.stderr
+        refs.append(out)
+    invariants, _ = infer_invariants(refs)
+    linear = {i.subject["value"]: i for i in invariants
+              if i.relation == "ConsistentOutput" and i.subject["api"] == "torch.nn.Linear.forward"}
+    # Inside autocast, Linear inputs are float32 or already bfloat16: no input-dtype scope.
+    assert [c.text() for c in linear["bfloat16"].precondition] == ["autocast = cpu:bfloat16"]
+    assert [c.text() for c in linear["float32"].precondition] == ["autocast = None", "input.dtype = float32"]
+    # A clean variant (other seed and batch size, autocast on) breaks none of them.
+    variant = tmp_path / "variant"
+    proc = run_python([transformer_lm.__file__, "--steps", "3", "--autocast", "bf16", "--seed", "4",
+                       "--batch-size", "4"], agent_env("collect", variant))
+    assert proc.returncode == 0, proc.stderr
+    assert check_offline(invariants, [variant]) == []

@@ -12,7 +12,7 @@ from typing import Any
 
 from traincheck_agent.inference.examples import ExampleSet, collect_examples
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.relations import cross_rank, state_transition
+from traincheck_agent.inference.relations import cross_rank, output_dtype, state_transition
 from traincheck_agent.trace.reader import find_trace_files
 
 
@@ -21,6 +21,7 @@ def infer_invariants(paths: Iterable[str | Path]) -> tuple[list[Invariant], Exam
     examples = collect_examples(files)
     invariants = state_transition.infer(examples)
     invariants += cross_rank.infer_from_groups(cross_rank.collect(files), tuple(sorted(p.name for p in files)))
+    invariants += output_dtype.infer_from_groups(output_dtype.collect(files))
     return sorted(invariants, key=lambda i: i.id), examples
 
 
@@ -48,5 +49,14 @@ def check_offline(invariants: Iterable[Invariant], paths: Iterable[str | Path]) 
                     "ranks": list(ex.ranks),
                     "message": f"{inv.description}: {ex.var} differs across ranks {list(ex.ranks)} "
                                f"at step {ex.step} ({ex.where})",
+                })
+    if any(i.relation == output_dtype.RELATION for i in invariants):
+        calls = output_dtype.collect(files)
+        for inv in (i for i in invariants if i.relation == output_dtype.RELATION):
+            for ex in output_dtype.check(inv, calls):
+                violations.append({
+                    "invariant": inv.id, "relation": inv.relation, "step": ex.step, "api": ex.api,
+                    "variable": "", "trace": ex.trace,
+                    "message": f"{inv.description}: {ex.api} returned {ex.dtype} at step {ex.step}",
                 })
     return sorted(violations, key=lambda v: (v["step"], v["invariant"], v["variable"]))

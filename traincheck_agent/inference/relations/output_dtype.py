@@ -1,0 +1,124 @@
+"""ConsistentOutput (dtype): the dtype of an API's output is fixed by its context, e.g. a
+``Linear`` forward inside a bfloat16 autocast region returns bfloat16, outside it float32.
+
+One hypothesis per (API, output dtype seen); calls returning that dtype pass, the others fail,
+and the precondition comes from what the call record says before the output exists: the
+autocast context, grad mode, phase, the receiver's class and the input's dtype.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from traincheck_agent.inference.invariant import Invariant
+from traincheck_agent.inference.preconditions import Clause, deduce, holds_all
+from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.trace.schema import KIND_CALL
+
+RELATION = "ConsistentOutput"
+MIN_PASSING = 5
+MIN_STEPS = 2
+
+
+@dataclass(frozen=True)
+class CallExample:
+    api: str
+    dtype: str
+    step: int
+    trace: str
+    features: tuple[tuple[str, Any], ...]
+
+    def feature_map(self) -> dict[str, Any]:
+        return dict(self.features)
+
+
+def _tensor_dtype(desc: Any) -> str | None:
+    if isinstance(desc, dict):
+        if desc.get("t") in ("Tensor", "Parameter"):
+            return desc.get("dtype")
+        for item in desc.get("items", []) if isinstance(desc.get("items"), list) else []:
+            found = _tensor_dtype(item)
+            if found is not None:
+                return found
+    return None
+
+
+def _features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    ctx = record.get("ctx") or {}
+    args = record.get("args") or {}
+    out: dict[str, Any] = {
+        "autocast": ctx.get("autocast"),
+        "grad_enabled": ctx.get("grad", True),
+        "phase": record.get("phase"),
+    }
+    self_desc = args.get("self")
+    if isinstance(self_desc, dict):
+        out["self.type"] = self_desc.get("t")
+    for name, desc in args.items():
+        if name != "self":
+            dtype = _tensor_dtype(desc)
+            if dtype is not None:
+                out["input.dtype"] = dtype
+                break
+    return tuple(sorted(out.items()))
+
+
+def collect(paths: Iterable[str | Path]) -> dict[str, list[CallExample]]:
+    groups: dict[str, list[CallExample]] = defaultdict(list)
+    for path in find_trace_files(paths):
+        for record in TraceFile(path).records():
+            if record.get("kind") != KIND_CALL or record.get("exc"):
+                continue
+            dtype = _tensor_dtype(record.get("ret"))
+            if dtype is None:
+                continue
+            api = record["api"]
+            groups[api].append(CallExample(api, dtype, int(record.get("step", -1)), path.name, _features(record)))
+    return groups
+
+
+def _scoped_to_input_dtype(precondition: list[Clause], passing: list[dict[str, Any]]) -> list[Clause]:
+    """An output dtype learned from float32 inputs says nothing about bfloat16 inputs (a model
+    cast with ``.half()``, say): scope the invariant to the input dtype it was seen with."""
+    dtypes = {f.get("input.dtype") for f in passing}
+    if len(dtypes) != 1 or None in dtypes or any(c.field == "input.dtype" for c in precondition):
+        return precondition
+    return sorted([*precondition, Clause("input.dtype", dtypes.pop())])
+
+
+def infer_from_groups(groups: dict[str, list[CallExample]]) -> list[Invariant]:
+    invariants = []
+    for api, group in sorted(groups.items()):
+        features = [e.feature_map() for e in group]
+        for dtype in sorted({e.dtype for e in group}):
+            passing_idx = [i for i, e in enumerate(group) if e.dtype == dtype]
+            if len(passing_idx) < MIN_PASSING or len({group[i].step for i in passing_idx}) < MIN_STEPS:
+                continue
+            chosen = set(passing_idx)
+            precondition = deduce([features[i] for i in passing_idx],
+                                  [features[i] for i in range(len(group)) if i not in chosen])
+            if precondition is None:
+                continue
+            precondition = _scoped_to_input_dtype(precondition, [features[i] for i in passing_idx])
+            text = " and ".join(c.text() for c in precondition)
+            description = f"{api} returns {dtype}"
+            invariants.append(Invariant(
+                relation=RELATION,
+                subject={"api": api, "property": "dtype", "value": dtype},
+                precondition=tuple(precondition),
+                support={"passing": len(passing_idx), "excluded": len(group) - len(passing_idx),
+                         "steps": len({group[i].step for i in passing_idx})},
+                description=f"{description} when {text}" if text else description,
+                sources=tuple(sorted({e.trace for e in group})),
+            ))
+    return invariants
+
+
+def check(invariant: Invariant, groups: dict[str, list[CallExample]]) -> list[CallExample]:
+    subject = invariant.subject
+    return [e for e in groups.get(subject["api"], [])
+            if holds_all(invariant.precondition, e.feature_map()) and e.dtype != subject["value"]]
