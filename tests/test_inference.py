@@ -36,7 +36,9 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         "frozen_reference": _collect(root, "frozen_reference", "--steps", "8", "--freeze-backbone"),
         "clean_sgd": _collect(root, "clean_sgd", "--steps", "7", "--optimizer", "sgd", "--seed", "3", "--lr", "0.005"),
         "clean_frozen": _collect(root, "clean_frozen", "--steps", "5", "--freeze-backbone", "--seed", "5"),
+        "clean_accumulation": _collect(root, "clean_accumulation", "--steps", "4", "--accumulate", "4"),
         "bug_frozen_optimizer": _collect(root, "bug", "--steps", "4", "--bug", "optimizer-over-frozen"),
+        "bug_no_zero_grad": _collect(root, "bug_no_zero_grad", "--steps", "4", "--bug", "no-zero-grad"),
     }
 
 
@@ -48,21 +50,28 @@ def _by_subject(invariants):
 def test_core_training_invariants_are_learned(runs):
     invariants, examples = infer_invariants([runs["reference"]])
     found = _by_subject(invariants)
-    assert found[("optimizer.step", "data", "changed")].precondition == ()
-    assert found[("zero_grad", "grad", "becomes_none_or_zero")].precondition == ()
-    assert found[("backward", "grad", "becomes_nonzero")].precondition == ()
+
+    def clauses(key):
+        return [c.text() for c in found[key].precondition]
+
+    # Every call in the reference was the first of its kind in its step: the invariants are
+    # scoped to that (a second backward in one step would be gradient accumulation).
+    scope = ["first_in_step = True"]
+    assert clauses(("optimizer.step", "data", "changed")) == scope
+    assert clauses(("zero_grad", "grad", "becomes_none_or_zero")) == scope
+    assert clauses(("backward", "grad", "becomes_nonzero")) == scope
+    assert clauses(("backward", "grad", "finds_none_or_zero")) == scope
     assert found[("optimizer.step", "grad", "unchanged")].support["passing"] == 60  # 6 params x 10 steps
     assert len(examples.sources) == 1
     # zero_grad at step 0 sees no grads yet: the precondition says the grad must be there.
-    cleared = found[("zero_grad", "grad", "changed")]
-    assert [c.text() for c in cleared.precondition] == ["before.grad = nonzero"]
+    assert clauses(("zero_grad", "grad", "changed")) == ["before.grad = nonzero", "first_in_step = True"]
 
 
 def test_frozen_parameters_give_a_precondition(runs):
     invariants, _ = infer_invariants([runs["reference"], runs["frozen_reference"]])
     fills = _by_subject(invariants)[("backward", "grad", "becomes_nonzero")]
-    assert [c.text() for c in fills.precondition] == ["requires_grad = True"]
-    assert "when requires_grad = True" in fills.description
+    assert [c.text() for c in fills.precondition] == ["first_in_step = True", "requires_grad = True"]
+    assert "when first_in_step = True and requires_grad = True" in fills.description
 
 
 def test_invariants_file_is_deterministic(runs, tmp_path):
@@ -78,6 +87,17 @@ def test_clean_variants_violate_nothing(runs):
     invariants, _ = infer_invariants([runs["reference"], runs["frozen_reference"]])
     assert check_offline(invariants, [runs["clean_sgd"]]) == []
     assert check_offline(invariants, [runs["clean_frozen"]]) == []
+    assert check_offline(invariants, [runs["clean_accumulation"]]) == []
+
+
+def test_forgotten_zero_grad_is_caught_in_the_first_iteration_it_matters(runs):
+    invariants, _ = infer_invariants([runs["reference"], runs["frozen_reference"]])
+    violations = check_offline(invariants, [runs["bug_no_zero_grad"]])
+    assert violations and violations[0]["step"] == 1  # step 0 had no stale grads yet
+    assert all("backward finds the grad None or zero" in v["message"] for v in violations)
+    assert {v["variable"] for v in violations if v["step"] == 1} == {
+        "model.backbone.0.weight", "model.backbone.0.bias", "model.backbone.2.weight", "model.backbone.2.bias",
+        "model.head.weight", "model.head.bias"}
 
 
 def test_optimizer_over_frozen_parameters_is_caught_in_the_first_step(runs):

@@ -26,7 +26,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
-    parser.add_argument("--bug", choices=["none", "optimizer-over-frozen"], default="none")
+    parser.add_argument("--bug", choices=["none", "optimizer-over-frozen", "no-zero-grad"], default="none")
+    parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per optimizer step")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
@@ -48,9 +49,12 @@ def main() -> None:
         if step == args.raise_at:
             raise KeyError(f"user error at step {step}")
         model.train()
-        optimizer.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
+        if args.bug != "no-zero-grad":
+            optimizer.zero_grad()
+        for micro in range(args.accumulate):
+            part = slice(micro * len(x) // args.accumulate, (micro + 1) * len(x) // args.accumulate)
+            loss = nn.functional.cross_entropy(model(x[part]), y[part]) / args.accumulate
+            loss.backward()
         optimizer.step()
         losses.append(loss.item())
         if args.sleep_per_step:

@@ -76,12 +76,15 @@ class ExampleSet:
         self.groups.setdefault((example.event, example.attribute), []).append(example)
 
 
-def _features(record: dict[str, Any], before: dict[str, Any], attribute: str) -> tuple[tuple[str, Any], ...]:
+def _features(record: dict[str, Any], before: dict[str, Any], first_in_step: bool) -> tuple[tuple[str, Any], ...]:
     attrs = record.get("attrs", {})
     out: dict[str, Any] = {
         "vtype": record.get("vtype"),
         "phase": record.get("phase"),
         "first_step": record.get("step") == 0,
+        # The first call of this event for this variable in the step (a second backward in a
+        # step is gradient accumulation).
+        "first_in_step": first_in_step,
     }
     for name in DESCRIPTIVE_ATTRS:
         if name in attrs:
@@ -94,6 +97,7 @@ def _features(record: dict[str, Any], before: dict[str, Any], attribute: str) ->
 
 def transitions_in(trace: TraceFile, label: str) -> Iterator[TransitionExample]:
     pending: dict[tuple[Any, str, str], dict[str, Any]] = {}
+    seen_in_step: set[tuple[str, str, int]] = set()
     for record in trace.records():
         if record.get("kind") != KIND_STATE or record.get("call") is None:
             continue
@@ -106,6 +110,10 @@ def transitions_in(trace: TraceFile, label: str) -> Iterator[TransitionExample]:
         before = pending.pop(key, None)
         if when != "after" or before is None:
             continue
+        occurrence = (event, str(record.get("var")), record.get("step", -1))
+        first_in_step = occurrence not in seen_in_step
+        seen_in_step.add(occurrence)
+        features = _features(record, before, first_in_step)
         for attribute in TENSOR_ATTRS:
             if attribute not in attrs or attribute not in before:
                 continue
@@ -117,7 +125,7 @@ def transitions_in(trace: TraceFile, label: str) -> Iterator[TransitionExample]:
                 after_hash=None if a is None else a.get("h"),
                 before_class=value_class(b),
                 after_class=value_class(a),
-                features=_features(record, before, attribute),
+                features=features,
                 trace=label,
                 step=record.get("step", -1),
                 var=str(record.get("var")),

@@ -22,7 +22,7 @@ from traincheck_agent.inference.examples import (
     TransitionExample,
 )
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.preconditions import deduce, holds_all
+from traincheck_agent.inference.preconditions import Clause, deduce, holds_all
 
 RELATION = "StateTransition"
 MIN_PASSING = 5
@@ -37,6 +37,8 @@ class Effect:
     # For effects that put the value in a class: the class set, to tell a transition apart from
     # a value that was there already.
     target: frozenset[str] | None = None
+    # Effects about the value *before* the call may not use that value as a precondition.
+    about_before: bool = False
 
 
 EFFECTS = (
@@ -47,7 +49,13 @@ EFFECTS = (
     Effect("becomes_nonzero", lambda e: e.after_class == NONZERO, "leaves the {attr} non-zero",
            frozenset({NONZERO})),
     Effect("stays_finite", lambda e: e.after_class != NONFINITE, "leaves the {attr} finite (no NaN/Inf)"),
+    Effect("finds_none_or_zero", lambda e: e.before_class in (NONE, ZERO),
+           "finds the {attr} None or zero when it starts", about_before=True),
 )
+# Features that say which occurrence an example is: when every passing example shares one, the
+# invariant is scoped to it, since nothing was learned about the others (a second backward in
+# one step is gradient accumulation, not a missing zero_grad).
+SCOPE_FEATURES = ("first_in_step",)
 EFFECTS_BY_NAME = {e.name: e for e in EFFECTS}
 
 
@@ -56,11 +64,24 @@ def _describe(event: str, attribute: str, effect: Effect, precondition_text: str
     return f"{base}, when {precondition_text}" if precondition_text else base
 
 
+def _scoped(precondition: list[Clause], passing: list[dict]) -> list[Clause]:
+    extra = []
+    for name in SCOPE_FEATURES:
+        values = {f.get(name) for f in passing}
+        if len(values) == 1 and not any(c.field == name for c in precondition):
+            extra.append(Clause(name, values.pop()))
+    return sorted([*precondition, *extra])
+
+
 def infer(examples: ExampleSet) -> list[Invariant]:
     invariants = []
     for (event, attribute), group in sorted(examples.groups.items()):
-        features = [e.feature_map() for e in group]
+        all_features = [e.feature_map() for e in group]
         for effect in EFFECTS:
+            features = all_features
+            if effect.about_before:
+                own = f"before.{attribute}"
+                features = [{k: v for k, v in f.items() if k != own} for f in all_features]
             passing_idx = [i for i, e in enumerate(group) if effect.holds(e)]
             if len(passing_idx) < MIN_PASSING or len({group[i].step for i in passing_idx}) < MIN_STEPS:
                 continue
@@ -74,6 +95,7 @@ def infer(examples: ExampleSet) -> list[Invariant]:
             precondition = deduce(passing, failing)
             if precondition is None:
                 continue
+            precondition = _scoped(precondition, passing)
             text = " and ".join(c.text() for c in precondition)
             invariants.append(Invariant(
                 relation=RELATION,
