@@ -194,3 +194,12 @@ def test_python_dash_m_version() -> None:
     result = _cli("--version")
     assert result.returncode == 0
     assert result.stdout.strip() == f"traincheck {__version__}"
+
+
+def test_demo_runs_the_whole_loop_for_real(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "traincheck_agent", "demo", "--out", str(tmp_path / "d"),
+                           "--steps", "12"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "d" / "invariants.json").is_file()
+    assert "violations; the first at step 1:" in proc.stdout
+    assert "backward finds the grad None or zero when it starts" in proc.stdout

@@ -1,7 +1,11 @@
-"""The demo: train the bundled CNN in collect mode, then summarise what was recorded.
+"""The demo: the whole loop on the bundled CNN, on CPU.
 
-The example runs in a child process started exactly as a user would start it, with
-``TRAINCHECK_MODE=collect`` in its environment and the script unchanged.
+1. collect a clean reference run (``TRAINCHECK_MODE=collect``, the script unchanged);
+2. infer invariants from it;
+3. collect a run of the same script with a silent bug (gradients are never cleared: the loss
+   still goes down, nothing raises) and check it against the invariants, offline.
+
+Each training run is a child process started exactly as a user would start it.
 """
 
 from __future__ import annotations
@@ -14,23 +18,51 @@ from pathlib import Path
 from traincheck_agent.examples import cnn_train
 from traincheck_agent.trace.summary import format_summary, summarize
 
+BUGGY_STEPS = 5
+
 
 def run_collect(script: Path, out_dir: Path, script_args: list[str]) -> int:
     env = dict(os.environ, TRAINCHECK_MODE="collect", TRAINCHECK_OUT=str(out_dir))
     env.pop("TRAINCHECK_RUN_ID", None)
     cmd = [sys.executable, str(script), *script_args]
-    print(f"$ TRAINCHECK_MODE=collect TRAINCHECK_OUT={out_dir} {' '.join(cmd[1:])}", flush=True)
+    print(f"$ TRAINCHECK_MODE=collect TRAINCHECK_OUT={out_dir} python {' '.join(cmd[1:])}", flush=True)
     return subprocess.run(cmd, env=env).returncode
 
 
 def run_demo(out_dir: Path, steps: int) -> int:
+    from traincheck_agent.inference.engine import check_offline, infer_invariants
+    from traincheck_agent.inference.invariant import write_invariants
+
     out_dir = Path(out_dir)
-    reference = out_dir / "reference"
-    code = run_collect(Path(cnn_train.__file__), reference, ["--steps", str(steps)])
-    if code != 0:
-        print(f"traincheck: error: the example training exited with status {code}", file=sys.stderr)
+    script = Path(cnn_train.__file__)
+    reference, buggy = out_dir / "reference", out_dir / "buggy"
+    if run_collect(script, reference, ["--steps", str(steps)]) != 0:
+        print("traincheck: error: the reference training failed", file=sys.stderr)
         return 1
     print()
     print(format_summary(summarize([reference])))
-    print(f"\nTraces are in {reference}/ (one JSON-lines file per process).")
+
+    invariants, examples = infer_invariants([reference])
+    inv_file = out_dir / "invariants.json"
+    write_invariants(invariants, inv_file, [s.path for s in examples.sources])
+    print(f"\n$ traincheck infer {reference} -o {inv_file}")
+    print(f"{len(invariants)} invariants learned, for example:")
+    # State invariants first: they say what training does; output dtypes are the long tail.
+    for inv in sorted(invariants, key=lambda i: (i.relation != "StateTransition", "finite" in i.description, i.id))[:6]:
+        print(f"  {inv.id}  {inv.description}")
+
+    print("\nNow the same script with a silent bug: optimizer.zero_grad() is never called.")
+    if run_collect(script, buggy, ["--steps", str(BUGGY_STEPS), "--bug", "no-zero-grad"]) != 0:
+        print("traincheck: error: the buggy training failed", file=sys.stderr)
+        return 1
+    violations = check_offline(invariants, [buggy])
+    print(f"\n$ traincheck check (offline) {buggy} against {inv_file}")
+    if not violations:
+        print("no violation found")
+        return 0
+    first_step = violations[0]["step"]
+    first = [v for v in violations if v["step"] == first_step]
+    print(f"{len(violations)} violations; the first at step {first_step}:")
+    for v in first[:5]:
+        print(f"  [{v['invariant']}] {v['message']}")
     return 0

@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> list[float]:
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--optimizer", choices=["adam", "sgd", "adadelta"], default="adam")
+    parser.add_argument("--bug", choices=["none", "no-zero-grad"], default="none",
+                        help="inject a silent bug (for the demo): gradients never cleared")
     args = parser.parse_args(argv)
 
     torch.manual_seed(args.seed)
@@ -71,7 +73,8 @@ def main(argv: list[str] | None = None) -> list[float]:
     started = time.perf_counter()
     for step, (images, labels) in enumerate(loader, start=1):
         model.train()
-        optimizer.zero_grad()
+        if args.bug != "no-zero-grad":
+            optimizer.zero_grad()
         loss = loss_fn(model(images), labels)
         loss.backward()
         optimizer.step()
