@@ -195,3 +195,15 @@ def test_output_dtype_follows_the_autocast_context(tmp_path):
                        "--batch-size", "4"], agent_env("collect", variant))
     assert proc.returncode == 0, proc.stderr
     assert check_offline(invariants, [variant]) == []
+
+
+def test_a_parameter_initialised_twice_is_caught(tmp_path):
+    refs = [_collect(tmp_path, f"ref{seed}", "--steps", "3", "--init", "normal", "--seed", str(seed)) for seed in (0, 4)]
+    invariants, _ = infer_invariants(refs)
+    distinct = [i for i in invariants if i.relation == "DistinctArgument" and i.subject["api"] == "torch.nn.init.normal_"]
+    assert len(distinct) == 1 and distinct[0].subject["argument"] == "tensor"
+    buggy = _collect(tmp_path, "bug", "--steps", "3", "--bug", "double-init")
+    violations = [v for v in check_offline(invariants, [buggy]) if v["relation"] == "DistinctArgument"]
+    assert len(violations) == 1 and violations[0]["step"] == -1
+    assert "torch.nn.init.normal_ received the same parameter" in violations[0]["message"]
+    assert check_offline(invariants, [_collect(tmp_path, "clean", "--steps", "2", "--init", "normal", "--seed", "9")]) == []

@@ -26,12 +26,20 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
-    parser.add_argument("--bug", choices=["none", "optimizer-over-frozen", "no-zero-grad"], default="none")
+    parser.add_argument("--bug", choices=["none", "optimizer-over-frozen", "no-zero-grad", "double-init"],
+                        default="none")
+    parser.add_argument("--init", choices=["default", "normal"], default="default")
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per optimizer step")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
     model = MLP()
+    if args.init == "normal" or args.bug == "double-init":
+        linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+        if args.bug == "double-init":  # an off-by-one: the first layer is initialised twice
+            linears = [linears[0], *linears[:-1]]
+        for layer in linears:
+            nn.init.normal_(layer.weight, std=0.02)
     if args.freeze_backbone or args.bug == "optimizer-over-frozen":
         for p in model.backbone.parameters():
             p.requires_grad_(False)

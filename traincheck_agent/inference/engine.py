@@ -12,7 +12,12 @@ from typing import Any
 
 from traincheck_agent.inference.examples import ExampleSet, collect_examples
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.relations import cross_rank, output_dtype, state_transition
+from traincheck_agent.inference.relations import (
+    cross_rank,
+    distinct_argument,
+    output_dtype,
+    state_transition,
+)
 from traincheck_agent.trace.reader import find_trace_files
 
 
@@ -22,6 +27,7 @@ def infer_invariants(paths: Iterable[str | Path]) -> tuple[list[Invariant], Exam
     invariants = state_transition.infer(examples)
     invariants += cross_rank.infer_from_groups(cross_rank.collect(files), tuple(sorted(p.name for p in files)))
     invariants += output_dtype.infer_from_groups(output_dtype.collect(files))
+    invariants += distinct_argument.infer_from_groups(distinct_argument.collect(files))
     return sorted(invariants, key=lambda i: i.id), examples
 
 
@@ -58,5 +64,15 @@ def check_offline(invariants: Iterable[Invariant], paths: Iterable[str | Path]) 
                     "invariant": inv.id, "relation": inv.relation, "step": ex.step, "api": ex.api,
                     "variable": "", "trace": ex.trace,
                     "message": f"{inv.description}: {ex.api} returned {ex.dtype} at step {ex.step}",
+                })
+    if any(i.relation == distinct_argument.RELATION for i in invariants):
+        arg_groups = distinct_argument.collect(files)
+        for inv in (i for i in invariants if i.relation == distinct_argument.RELATION):
+            for ex in distinct_argument.check(inv, arg_groups):
+                violations.append({
+                    "invariant": inv.id, "relation": inv.relation, "step": ex.step, "api": ex.api,
+                    "variable": ex.name, "trace": ex.trace,
+                    "message": f"{inv.description}: {ex.api} received the same parameter "
+                               f"{ex.name or f'(object {ex.oid})'} again at step {ex.step}",
                 })
     return sorted(violations, key=lambda v: (v["step"], v["invariant"], v["variable"]))

@@ -1,0 +1,95 @@
+"""DistinctArgument: within one step, an API never receives the same parameter twice, e.g. an
+init routine initialises each weight once with ``normal_``.
+
+Only parameters are considered (``"t": "Parameter"`` descriptors), identified by object id
+within the process: temporaries could reuse an id after being freed, parameters live on.
+Every call is an example: it passes when its parameter was not given to the same API earlier in
+the same step.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from traincheck_agent.inference.invariant import Invariant
+from traincheck_agent.inference.preconditions import deduce, holds_all
+from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.trace.schema import KIND_CALL
+
+RELATION = "DistinctArgument"
+MIN_PASSING = 5
+MIN_DISTINCT = 5
+
+
+@dataclass(frozen=True)
+class ArgExample:
+    api: str
+    argument: str
+    oid: int
+    name: str
+    step: int
+    repeated: bool
+    trace: str
+    features: tuple[tuple[str, Any], ...]
+
+    def feature_map(self) -> dict[str, Any]:
+        return dict(self.features)
+
+
+def _parameter_argument(args: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    for name, desc in args.items():
+        if isinstance(desc, dict) and desc.get("t") == "Parameter" and "oid" in desc:
+            return name, desc
+    return None
+
+
+def collect(paths: Iterable[str | Path]) -> dict[str, list[ArgExample]]:
+    groups: dict[str, list[ArgExample]] = defaultdict(list)
+    for path in find_trace_files(paths):
+        seen: set[tuple[str, int, int]] = set()
+        for record in TraceFile(path).records():
+            if record.get("kind") != KIND_CALL or record.get("parent") is not None:
+                continue  # outermost calls only: a helper's inner calls are its own business
+            found = _parameter_argument(record.get("args") or {})
+            if found is None:
+                continue
+            argument, desc = found
+            api, step = record["api"], int(record.get("step", -1))
+            key = (api, step, desc["oid"])
+            features = (("phase", record.get("phase")),)
+            groups[api].append(ArgExample(api, argument, desc["oid"], str(desc.get("name", "")), step,
+                                          key in seen, path.name, features))
+            seen.add(key)
+    return groups
+
+
+def infer_from_groups(groups: dict[str, list[ArgExample]]) -> list[Invariant]:
+    invariants = []
+    for api, group in sorted(groups.items()):
+        passing = [e for e in group if not e.repeated]
+        if len(passing) < MIN_PASSING or len({(e.trace, e.oid) for e in passing}) < MIN_DISTINCT:
+            continue
+        precondition = deduce([e.feature_map() for e in passing], [e.feature_map() for e in group if e.repeated])
+        if precondition is None:
+            continue
+        text = " and ".join(c.text() for c in precondition)
+        description = f"{api} never receives the same parameter twice in one step"
+        invariants.append(Invariant(
+            relation=RELATION,
+            subject={"api": api, "argument": passing[0].argument},
+            precondition=tuple(precondition),
+            support={"passing": len(passing), "excluded": len(group) - len(passing),
+                     "steps": len({e.step for e in passing})},
+            description=f"{description}, when {text}" if text else description,
+            sources=tuple(sorted({e.trace for e in group})),
+        ))
+    return invariants
+
+
+def check(invariant: Invariant, groups: dict[str, list[ArgExample]]) -> list[ArgExample]:
+    return [e for e in groups.get(invariant.subject["api"], [])
+            if e.repeated and holds_all(invariant.precondition, e.feature_map())]
