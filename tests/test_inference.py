@@ -207,3 +207,27 @@ def test_a_parameter_initialised_twice_is_caught(tmp_path):
     assert len(violations) == 1 and violations[0]["step"] == -1
     assert "torch.nn.init.normal_ received the same parameter" in violations[0]["message"]
     assert check_offline(invariants, [_collect(tmp_path, "clean", "--steps", "2", "--init", "normal", "--seed", "9")]) == []
+
+
+def test_dropout_left_on_in_eval_is_caught_at_the_first_eval(tmp_path):
+    from traincheck_agent.examples import cnn_train
+
+    def collect_cnn(name, *args):
+        out = tmp_path / name
+        proc = run_python([cnn_train.__file__, *args], agent_env("collect", out))
+        assert proc.returncode == 0, proc.stderr
+        return out
+
+    refs = [collect_cnn("ref", "--steps", "12", "--eval-every", "4"),
+            collect_cnn("ref2", "--steps", "12", "--eval-every", "3", "--seed", "2")]
+    invariants, _ = infer_invariants(refs)
+    flags = {i.subject["value"]: i for i in invariants
+             if i.relation == "ContextArgument" and i.subject["api"] == "torch.nn.functional.dropout"}
+    assert set(flags) == {False, True} and flags[False].id.startswith("ca-")
+    assert [c.text() for c in flags[False].precondition] == ["grad_enabled = False"]
+    buggy = collect_cnn("bug", "--steps", "8", "--eval-every", "4", "--bug", "dropout-in-eval")
+    violations = [v for v in check_offline(invariants, [buggy]) if v["relation"] == "ContextArgument"]
+    assert [v["step"] for v in violations] == [4, 8]  # every eval, from the first one
+    assert all("torch.nn.functional.dropout is called with training=False" in v["message"] for v in violations)
+    clean = collect_cnn("clean", "--steps", "6", "--eval-every", "2", "--seed", "7", "--batch-size", "16")
+    assert check_offline(invariants, [clean]) == []

@@ -51,12 +51,14 @@ def main(argv: list[str] | None = None) -> list[float]:
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--optimizer", choices=["adam", "sgd", "adadelta"], default="adam")
-    parser.add_argument("--bug", choices=["none", "no-zero-grad"], default="none",
-                        help="inject a silent bug (for the demo): gradients never cleared")
+    parser.add_argument("--bug", choices=["none", "no-zero-grad", "dropout-in-eval"], default="none",
+                        help="inject a silent bug: gradients never cleared, or dropout left on in eval")
     args = parser.parse_args(argv)
 
     torch.manual_seed(args.seed)
     model = SmallCNN()
+    if args.bug == "dropout-in-eval":  # functional dropout that ignores the module's mode
+        model.dropout.forward = lambda x: nn.functional.dropout(x, 0.25, training=True)
     if args.optimizer == "adam":
         optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     elif args.optimizer == "sgd":

@@ -13,6 +13,7 @@ from typing import Any
 from traincheck_agent.inference.examples import ExampleSet, collect_examples
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.relations import (
+    context_argument,
     cross_rank,
     distinct_argument,
     output_dtype,
@@ -28,6 +29,7 @@ def infer_invariants(paths: Iterable[str | Path]) -> tuple[list[Invariant], Exam
     invariants += cross_rank.infer_from_groups(cross_rank.collect(files), tuple(sorted(p.name for p in files)))
     invariants += output_dtype.infer_from_groups(output_dtype.collect(files))
     invariants += distinct_argument.infer_from_groups(distinct_argument.collect(files))
+    invariants += context_argument.infer_from_groups(context_argument.collect(files))
     return sorted(invariants, key=lambda i: i.id), examples
 
 
@@ -74,5 +76,15 @@ def check_offline(invariants: Iterable[Invariant], paths: Iterable[str | Path]) 
                     "variable": ex.name, "trace": ex.trace,
                     "message": f"{inv.description}: {ex.api} received the same parameter "
                                f"{ex.name or f'(object {ex.oid})'} again at step {ex.step}",
+                })
+    if any(i.relation == context_argument.RELATION for i in invariants):
+        flag_groups = context_argument.collect(files)
+        for inv in (i for i in invariants if i.relation == context_argument.RELATION):
+            for ex in context_argument.check(inv, flag_groups):
+                violations.append({
+                    "invariant": inv.id, "relation": inv.relation, "step": ex.step, "api": ex.api,
+                    "variable": "", "trace": ex.trace,
+                    "message": f"{inv.description}: called with {ex.argument}={ex.value} at step {ex.step} "
+                               f"(phase {ex.feature_map().get('phase')})",
                 })
     return sorted(violations, key=lambda v: (v["step"], v["invariant"], v["variable"]))

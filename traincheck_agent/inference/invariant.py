@@ -19,6 +19,13 @@ from traincheck_agent.inference.preconditions import Clause
 FILE_FORMAT = "traincheck-invariants"
 FILE_VERSION = 1
 MAX_FILE_BYTES = 64 << 20
+ID_PREFIXES = {
+    "StateTransition": "st",
+    "CrossRankConsistent": "cr",
+    "ConsistentOutput": "co",
+    "DistinctArgument": "di",
+    "ContextArgument": "ca",
+}
 
 
 class InvariantFileError(ValueError):
@@ -43,7 +50,8 @@ class Invariant:
              "precondition": [c.to_json() for c in self.precondition]},
             sort_keys=True,
         )
-        return f"{self.relation[:2].lower()}-{hashlib.sha256(body.encode()).hexdigest()[:12]}"
+        prefix = ID_PREFIXES.get(self.relation, self.relation[:2].lower())
+        return f"{prefix}-{hashlib.sha256(body.encode()).hexdigest()[:12]}"
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,86 @@
+"""ContextArgument: a mode flag passed to an API follows the training context, e.g.
+``F.dropout`` gets ``training=False`` in eval and ``training=True`` in training.
+
+Only boolean arguments that take both values in the reference are hypothesised: a flag that
+never changes says nothing about when it should (and would flag every run that sets it the other
+way for good reasons). For each such argument and value, the calls with that value pass and the
+precondition must explain them from the context: phase, grad mode, autocast.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from traincheck_agent.inference.invariant import Invariant
+from traincheck_agent.inference.preconditions import deduce, holds_all
+from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.trace.schema import KIND_CALL
+
+RELATION = "ContextArgument"
+MIN_PASSING = 5
+MIN_STEPS = 2
+
+
+@dataclass(frozen=True)
+class FlagExample:
+    api: str
+    argument: str
+    value: bool
+    step: int
+    trace: str
+    features: tuple[tuple[str, Any], ...]
+
+    def feature_map(self) -> dict[str, Any]:
+        return dict(self.features)
+
+
+def collect(paths: Iterable[str | Path]) -> dict[tuple[str, str], list[FlagExample]]:
+    groups: dict[tuple[str, str], list[FlagExample]] = defaultdict(list)
+    for path in find_trace_files(paths):
+        for record in TraceFile(path).records():
+            if record.get("kind") != KIND_CALL:
+                continue
+            ctx = record.get("ctx") or {}
+            features = (("autocast", ctx.get("autocast")), ("grad_enabled", ctx.get("grad", True)),
+                        ("phase", record.get("phase")))
+            for name, value in (record.get("args") or {}).items():
+                if isinstance(value, bool):
+                    groups[(record["api"], name)].append(
+                        FlagExample(record["api"], name, value, int(record.get("step", -1)), path.name, features))
+    return groups
+
+
+def infer_from_groups(groups: dict[tuple[str, str], list[FlagExample]]) -> list[Invariant]:
+    invariants = []
+    for (api, argument), group in sorted(groups.items()):
+        if len({e.value for e in group}) < 2:
+            continue
+        for value in (False, True):
+            passing = [e for e in group if e.value is value]
+            if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
+                continue
+            precondition = deduce([e.feature_map() for e in passing],
+                                  [e.feature_map() for e in group if e.value is not value])
+            if not precondition:  # None: not explained by the context; []: cannot happen here
+                continue
+            text = " and ".join(c.text() for c in precondition)
+            invariants.append(Invariant(
+                relation=RELATION,
+                subject={"api": api, "argument": argument, "value": value},
+                precondition=tuple(precondition),
+                support={"passing": len(passing), "excluded": len(group) - len(passing),
+                         "steps": len({e.step for e in passing})},
+                description=f"{api} is called with {argument}={value} when {text}",
+                sources=tuple(sorted({e.trace for e in group})),
+            ))
+    return invariants
+
+
+def check(invariant: Invariant, groups: dict[tuple[str, str], list[FlagExample]]) -> list[FlagExample]:
+    subject = invariant.subject
+    return [e for e in groups.get((subject["api"], subject["argument"]), [])
+            if holds_all(invariant.precondition, e.feature_map()) and e.value is not subject["value"]]
