@@ -48,7 +48,7 @@ def _by_subject(invariants):
 
 
 def test_core_training_invariants_are_learned(runs):
-    invariants, examples = infer_invariants([runs["reference"]])
+    invariants, files = infer_invariants([runs["reference"]])
     found = _by_subject(invariants)
 
     def clauses(key):
@@ -62,7 +62,7 @@ def test_core_training_invariants_are_learned(runs):
     assert clauses(("backward", "grad", "becomes_nonzero")) == scope
     assert clauses(("backward", "grad", "finds_none_or_zero")) == scope
     assert found[("optimizer.step", "grad", "unchanged")].support["passing"] == 60  # 6 params x 10 steps
-    assert len(examples.sources) == 1
+    assert len(files) == 1
     # zero_grad at step 0 sees no grads yet: the precondition says the grad must be there.
     assert clauses(("zero_grad", "grad", "changed")) == ["before.grad = nonzero", "first_in_step = True"]
 
@@ -75,10 +75,10 @@ def test_frozen_parameters_give_a_precondition(runs):
 
 
 def test_invariants_file_is_deterministic(runs, tmp_path):
-    first, ex1 = infer_invariants([runs["reference"], runs["frozen_reference"]])
-    second, ex2 = infer_invariants([runs["frozen_reference"], runs["reference"]])
-    write_invariants(first, tmp_path / "a.json", [s.path for s in ex1.sources])
-    write_invariants(second, tmp_path / "b.json", [s.path for s in ex2.sources])
+    first, files1 = infer_invariants([runs["reference"], runs["frozen_reference"]])
+    second, files2 = infer_invariants([runs["frozen_reference"], runs["reference"]])
+    write_invariants(first, tmp_path / "a.json", [str(f) for f in files1])
+    write_invariants(second, tmp_path / "b.json", [str(f) for f in files2])
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
     assert [i.id for i in read_invariants(tmp_path / "a.json")] == [i.id for i in first]
 

@@ -42,9 +42,9 @@ def run_demo(out_dir: Path, steps: int) -> int:
     print()
     print(format_summary(summarize([reference])))
 
-    invariants, examples = infer_invariants([reference])
+    invariants, files = infer_invariants([reference])
     inv_file = out_dir / "invariants.json"
-    write_invariants(invariants, inv_file, [s.path for s in examples.sources])
+    write_invariants(invariants, inv_file, [str(f) for f in files])
     print(f"\n$ traincheck infer {reference} -o {inv_file}")
     print(f"{len(invariants)} invariants learned, for example:")
     # State invariants first: they say what training does; output dtypes are the long tail.

@@ -42,14 +42,14 @@ def run_infer(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     try:
-        invariants, examples = infer_invariants(args.paths)
+        invariants, files = infer_invariants(args.paths)
     except (FileNotFoundError, TraceFormatError) as exc:
         return fail(str(exc))
-    if not examples.sources:
+    if not files:
         return fail(f"no trace files under {' '.join(args.paths)}")
-    write_invariants(invariants, args.output, [s.path for s in examples.sources])
+    write_invariants(invariants, args.output, [str(f) for f in files])
     took = time.perf_counter() - started
-    print(f"{len(invariants)} invariants from {len(examples.sources)} trace file(s) "
+    print(f"{len(invariants)} invariants from {len(files)} trace file(s) "
           f"in {took:.2f} s -> {args.output}")
     return 0
 

@@ -54,7 +54,7 @@ def collect(paths: Iterable[str | Path]) -> dict[tuple[str, str], list[FlagExamp
     return groups
 
 
-def infer_from_groups(groups: dict[tuple[str, str], list[FlagExample]]) -> list[Invariant]:
+def infer(groups: dict[tuple[str, str], list[FlagExample]], sources: tuple[str, ...]) -> list[Invariant]:
     invariants = []
     for (api, argument), group in sorted(groups.items()):
         if len({e.value for e in group}) < 2:
@@ -75,7 +75,7 @@ def infer_from_groups(groups: dict[tuple[str, str], list[FlagExample]]) -> list[
                 support={"passing": len(passing), "excluded": len(group) - len(passing),
                          "steps": len({e.step for e in passing})},
                 description=f"{api} is called with {argument}={value} when {text}",
-                sources=tuple(sorted({e.trace for e in group})),
+                sources=sources,
             ))
     return invariants
 
@@ -84,3 +84,9 @@ def check(invariant: Invariant, groups: dict[tuple[str, str], list[FlagExample]]
     subject = invariant.subject
     return [e for e in groups.get((subject["api"], subject["argument"]), [])
             if holds_all(invariant.precondition, e.feature_map()) and e.value is not subject["value"]]
+
+
+def violation(invariant: Invariant, ex: FlagExample) -> dict[str, Any]:
+    return {"step": ex.step, "api": ex.api, "variable": "", "trace": ex.trace,
+            "message": f"{invariant.description}: called with {ex.argument}={ex.value} at step {ex.step} "
+                       f"(phase {ex.feature_map().get('phase')})"}

@@ -77,7 +77,7 @@ def collect(paths: Iterable[str | Path]) -> dict[tuple[str, str], list[RankExamp
     return groups
 
 
-def infer_from_groups(groups: dict[tuple[str, str], list[RankExample]], sources: tuple[str, ...]) -> list[Invariant]:
+def infer(groups: dict[tuple[str, str], list[RankExample]], sources: tuple[str, ...]) -> list[Invariant]:
     invariants = []
     for (where, attribute), group in sorted(groups.items()):
         passing = [e for e in group if e.equal]
@@ -100,11 +100,12 @@ def infer_from_groups(groups: dict[tuple[str, str], list[RankExample]], sources:
     return invariants
 
 
-def infer(paths: Iterable[str | Path]) -> list[Invariant]:
-    files = find_trace_files(paths)
-    return infer_from_groups(collect(files), tuple(sorted(p.name for p in files)))
-
-
 def check(invariant: Invariant, groups: dict[tuple[str, str], list[RankExample]]) -> list[RankExample]:
     key = (invariant.subject["event"], invariant.subject["attribute"])
     return [e for e in groups.get(key, []) if holds_all(invariant.precondition, e.feature_map()) and not e.equal]
+
+
+def violation(invariant: Invariant, ex: RankExample) -> dict[str, Any]:
+    return {"step": ex.step, "variable": ex.var, "ranks": list(ex.ranks),
+            "message": f"{invariant.description}: {ex.var} differs across ranks {list(ex.ranks)} "
+                       f"at step {ex.step} ({ex.where})"}

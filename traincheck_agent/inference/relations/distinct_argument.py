@@ -67,7 +67,7 @@ def collect(paths: Iterable[str | Path]) -> dict[str, list[ArgExample]]:
     return groups
 
 
-def infer_from_groups(groups: dict[str, list[ArgExample]]) -> list[Invariant]:
+def infer(groups: dict[str, list[ArgExample]], sources: tuple[str, ...]) -> list[Invariant]:
     invariants = []
     for api, group in sorted(groups.items()):
         passing = [e for e in group if not e.repeated]
@@ -85,7 +85,7 @@ def infer_from_groups(groups: dict[str, list[ArgExample]]) -> list[Invariant]:
             support={"passing": len(passing), "excluded": len(group) - len(passing),
                      "steps": len({e.step for e in passing})},
             description=f"{description}, when {text}" if text else description,
-            sources=tuple(sorted({e.trace for e in group})),
+            sources=sources,
         ))
     return invariants
 
@@ -93,3 +93,10 @@ def infer_from_groups(groups: dict[str, list[ArgExample]]) -> list[Invariant]:
 def check(invariant: Invariant, groups: dict[str, list[ArgExample]]) -> list[ArgExample]:
     return [e for e in groups.get(invariant.subject["api"], [])
             if e.repeated and holds_all(invariant.precondition, e.feature_map())]
+
+
+def violation(invariant: Invariant, ex: ArgExample) -> dict[str, Any]:
+    which = ex.name or f"(object {ex.oid})"
+    return {"step": ex.step, "api": ex.api, "variable": ex.name, "trace": ex.trace,
+            "message": f"{invariant.description}: {ex.api} received the same parameter {which} again "
+                       f"at step {ex.step}"}

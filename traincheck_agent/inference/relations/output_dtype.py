@@ -90,7 +90,7 @@ def _scoped_to_input_dtype(precondition: list[Clause], passing: list[dict[str, A
     return sorted([*precondition, Clause("input.dtype", dtypes.pop())])
 
 
-def infer_from_groups(groups: dict[str, list[CallExample]]) -> list[Invariant]:
+def infer(groups: dict[str, list[CallExample]], sources: tuple[str, ...]) -> list[Invariant]:
     invariants = []
     for api, group in sorted(groups.items()):
         features = [e.feature_map() for e in group]
@@ -113,7 +113,7 @@ def infer_from_groups(groups: dict[str, list[CallExample]]) -> list[Invariant]:
                 support={"passing": len(passing_idx), "excluded": len(group) - len(passing_idx),
                          "steps": len({group[i].step for i in passing_idx})},
                 description=f"{description} when {text}" if text else description,
-                sources=tuple(sorted({e.trace for e in group})),
+                sources=sources,
             ))
     return invariants
 
@@ -122,3 +122,8 @@ def check(invariant: Invariant, groups: dict[str, list[CallExample]]) -> list[Ca
     subject = invariant.subject
     return [e for e in groups.get(subject["api"], [])
             if holds_all(invariant.precondition, e.feature_map()) and e.dtype != subject["value"]]
+
+
+def violation(invariant: Invariant, ex: CallExample) -> dict[str, Any]:
+    return {"step": ex.step, "api": ex.api, "variable": "", "trace": ex.trace,
+            "message": f"{invariant.description}: {ex.api} returned {ex.dtype} at step {ex.step}"}

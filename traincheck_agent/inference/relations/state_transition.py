@@ -10,8 +10,10 @@ passing example) are not emitted: they describe the variable, not the event.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from traincheck_agent.inference.examples import (
     NONE,
@@ -20,6 +22,7 @@ from traincheck_agent.inference.examples import (
     ZERO,
     ExampleSet,
     TransitionExample,
+    collect_examples,
 )
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import Clause, deduce, holds_all
@@ -73,7 +76,11 @@ def _scoped(precondition: list[Clause], passing: list[dict]) -> list[Clause]:
     return sorted([*precondition, *extra])
 
 
-def infer(examples: ExampleSet) -> list[Invariant]:
+def collect(files: Iterable[Path]) -> ExampleSet:
+    return collect_examples(files)
+
+
+def infer(examples: ExampleSet, sources: tuple[str, ...]) -> list[Invariant]:
     invariants = []
     for (event, attribute), group in sorted(examples.groups.items()):
         all_features = [e.feature_map() for e in group]
@@ -108,7 +115,7 @@ def infer(examples: ExampleSet) -> list[Invariant]:
                     "variables": len({group[i].var for i in passing_idx}),
                 },
                 description=_describe(event, attribute, effect, text),
-                sources=tuple(sorted({e.trace for e in group})),
+                sources=sources,
             ))
     return invariants
 
@@ -119,3 +126,10 @@ def check(invariant: Invariant, examples: ExampleSet) -> list[TransitionExample]
     effect = EFFECTS_BY_NAME[subject["effect"]]
     group = examples.groups.get((subject["event"], subject["attribute"]), [])
     return [e for e in group if holds_all(invariant.precondition, e.feature_map()) and not effect.holds(e)]
+
+
+def violation(invariant: Invariant, ex: TransitionExample) -> dict[str, Any]:
+    change = "changed" if ex.changed else "unchanged"
+    return {"step": ex.step, "variable": ex.var, "trace": ex.trace,
+            "message": f"{invariant.description}: violated by {ex.var} at step {ex.step} "
+                       f"({ex.attribute}: {ex.before_class} -> {ex.after_class}, {change})"}
