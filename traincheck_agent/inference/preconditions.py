@@ -39,6 +39,12 @@ class Clause:
         return f"{self.field} = {self.value}"
 
 
+def with_condition(statement: str, clauses: Sequence[Clause]) -> str:
+    """``statement``, followed by its precondition in words when there is one."""
+    text = " and ".join(c.text() for c in clauses)
+    return f"{statement}, when {text}" if text else statement
+
+
 def holds_all(clauses: Sequence[Clause], features: dict[str, Any]) -> bool:
     return all(c.holds(features) for c in clauses)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.preconditions import deduce, holds_all
+from traincheck_agent.inference.preconditions import deduce, holds_all, with_condition
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 from traincheck_agent.trace.schema import KIND_CALL
 
@@ -67,14 +67,13 @@ def infer(groups: dict[tuple[str, str], list[FlagExample]], sources: tuple[str, 
                                   [e.feature_map() for e in group if e.value is not value])
             if not precondition:  # None: not explained by the context; []: cannot happen here
                 continue
-            text = " and ".join(c.text() for c in precondition)
             invariants.append(Invariant(
                 relation=RELATION,
                 subject={"api": api, "argument": argument, "value": value},
                 precondition=tuple(precondition),
                 support={"passing": len(passing), "excluded": len(group) - len(passing),
                          "steps": len({e.step for e in passing})},
-                description=f"{api} is called with {argument}={value} when {text}",
+                description=with_condition(f"{api} is called with {argument}={value}", precondition),
                 sources=sources,
             ))
     return invariants

@@ -18,7 +18,7 @@ from typing import Any
 
 from traincheck_agent.inference.examples import DESCRIPTIVE_ATTRS, TENSOR_ATTRS
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.preconditions import deduce, holds_all
+from traincheck_agent.inference.preconditions import deduce, holds_all, with_condition
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 from traincheck_agent.trace.schema import KIND_STATE
 
@@ -86,7 +86,6 @@ def infer(groups: dict[tuple[str, str], list[RankExample]], sources: tuple[str, 
         precondition = deduce([e.feature_map() for e in passing], [e.feature_map() for e in group if not e.equal])
         if precondition is None:
             continue
-        text = " and ".join(c.text() for c in precondition)
         description = f"the {attribute} of each same-named variable is equal on every rank at {where}"
         invariants.append(Invariant(
             relation=RELATION,
@@ -94,7 +93,7 @@ def infer(groups: dict[tuple[str, str], list[RankExample]], sources: tuple[str, 
             precondition=tuple(precondition),
             support={"passing": len(passing), "excluded": len(group) - len(passing),
                      "steps": len({e.step for e in passing}), "variables": len({e.var for e in passing})},
-            description=f"{description}, when {text}" if text else description,
+            description=with_condition(description, precondition),
             sources=sources,
         ))
     return invariants

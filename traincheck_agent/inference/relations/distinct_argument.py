@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.preconditions import deduce, holds_all
+from traincheck_agent.inference.preconditions import deduce, holds_all, with_condition
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 from traincheck_agent.trace.schema import KIND_CALL
 
@@ -76,7 +76,6 @@ def infer(groups: dict[str, list[ArgExample]], sources: tuple[str, ...]) -> list
         precondition = deduce([e.feature_map() for e in passing], [e.feature_map() for e in group if e.repeated])
         if precondition is None:
             continue
-        text = " and ".join(c.text() for c in precondition)
         description = f"{api} never receives the same parameter twice in one step"
         invariants.append(Invariant(
             relation=RELATION,
@@ -84,7 +83,7 @@ def infer(groups: dict[str, list[ArgExample]], sources: tuple[str, ...]) -> list
             precondition=tuple(precondition),
             support={"passing": len(passing), "excluded": len(group) - len(passing),
                      "steps": len({e.step for e in passing})},
-            description=f"{description}, when {text}" if text else description,
+            description=with_condition(description, precondition),
             sources=sources,
         ))
     return invariants

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.preconditions import Clause, deduce, holds_all
+from traincheck_agent.inference.preconditions import Clause, deduce, holds_all, with_condition
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 from traincheck_agent.trace.schema import KIND_CALL
 
@@ -104,7 +104,6 @@ def infer(groups: dict[str, list[CallExample]], sources: tuple[str, ...]) -> lis
             if precondition is None:
                 continue
             precondition = _scoped_to_input_dtype(precondition, [features[i] for i in passing_idx])
-            text = " and ".join(c.text() for c in precondition)
             description = f"{api} returns {dtype}"
             invariants.append(Invariant(
                 relation=RELATION,
@@ -112,7 +111,7 @@ def infer(groups: dict[str, list[CallExample]], sources: tuple[str, ...]) -> lis
                 precondition=tuple(precondition),
                 support={"passing": len(passing_idx), "excluded": len(group) - len(passing_idx),
                          "steps": len({group[i].step for i in passing_idx})},
-                description=f"{description} when {text}" if text else description,
+                description=with_condition(description, precondition),
                 sources=sources,
             ))
     return invariants

@@ -25,7 +25,7 @@ from traincheck_agent.inference.examples import (
     collect_examples,
 )
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.preconditions import Clause, deduce, holds_all
+from traincheck_agent.inference.preconditions import Clause, deduce, holds_all, with_condition
 
 RELATION = "StateTransition"
 MIN_PASSING = 5
@@ -62,9 +62,8 @@ SCOPE_FEATURES = ("first_in_step",)
 EFFECTS_BY_NAME = {e.name: e for e in EFFECTS}
 
 
-def _describe(event: str, attribute: str, effect: Effect, precondition_text: str) -> str:
-    base = f"{event} {effect.phrase.format(attr=attribute)}, for every variable it touches"
-    return f"{base}, when {precondition_text}" if precondition_text else base
+def _describe(event: str, attribute: str, effect: Effect) -> str:
+    return f"{event} {effect.phrase.format(attr=attribute)}, for every variable it touches"
 
 
 def _scoped(precondition: list[Clause], passing: list[dict]) -> list[Clause]:
@@ -103,7 +102,6 @@ def infer(examples: ExampleSet, sources: tuple[str, ...]) -> list[Invariant]:
             if precondition is None:
                 continue
             precondition = _scoped(precondition, passing)
-            text = " and ".join(c.text() for c in precondition)
             invariants.append(Invariant(
                 relation=RELATION,
                 subject={"event": event, "attribute": attribute, "effect": effect.name},
@@ -114,7 +112,7 @@ def infer(examples: ExampleSet, sources: tuple[str, ...]) -> list[Invariant]:
                     "steps": len({group[i].step for i in passing_idx}),
                     "variables": len({group[i].var for i in passing_idx}),
                 },
-                description=_describe(event, attribute, effect, text),
+                description=with_condition(_describe(event, attribute, effect), precondition),
                 sources=sources,
             ))
     return invariants
