@@ -45,10 +45,10 @@ class CallContext:
         self.record = True  # a ``before`` hook may turn recording of this call off
 
 
-def active_context() -> dict[str, Any] | None:
+def active_context(grad_enabled: bool) -> dict[str, Any] | None:
     """Execution context worth recording (only what is not the default)."""
     ctx: dict[str, Any] = {}
-    if not torch.is_grad_enabled():
+    if not grad_enabled:
         ctx["grad"] = False
     if torch.is_inference_mode_enabled():
         ctx["inference"] = True
@@ -116,7 +116,7 @@ def make_call_wrapper(
                     "phase": rt.clock.phase(grad),
                     "args": described,
                 }
-                extra = active_context()
+                extra = active_context(grad)
                 if extra is not None:
                     record_fields["ctx"] = extra
         except Exception as exc:  # agent fault: the user's call still runs

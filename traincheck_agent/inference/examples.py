@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from traincheck_agent.inference.preconditions import FeatureExample
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 from traincheck_agent.trace.schema import KIND_STATE
 
@@ -35,7 +36,7 @@ def value_class(fingerprint: dict[str, Any] | None) -> str:
 
 
 @dataclass(frozen=True)
-class TransitionExample:
+class TransitionExample(FeatureExample):
     """What one call of ``event`` did to one attribute of one variable."""
 
     event: str
@@ -52,9 +53,6 @@ class TransitionExample:
     @property
     def changed(self) -> bool:
         return self.before_hash != self.after_hash
-
-    def feature_map(self) -> dict[str, Any]:
-        return dict(self.features)
 
 
 @dataclass

@@ -19,6 +19,16 @@ _MISSING = object()
 MAX_CLAUSES = 3
 
 
+class FeatureExample:
+    """Base of every relation's example: ``features`` (name, value) pairs known before the
+    event, on which preconditions are deduced and evaluated."""
+
+    features: tuple[tuple[str, Any], ...]
+
+    def feature_map(self) -> dict[str, Any]:
+        return dict(self.features)
+
+
 @dataclass(frozen=True, order=True)
 class Clause:
     field: str

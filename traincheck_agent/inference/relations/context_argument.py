@@ -16,7 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.preconditions import deduce, holds_all, with_condition
+from traincheck_agent.inference.preconditions import (
+    FeatureExample,
+    deduce,
+    holds_all,
+    with_condition,
+)
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 from traincheck_agent.trace.schema import KIND_CALL
 
@@ -26,16 +31,13 @@ MIN_STEPS = 2
 
 
 @dataclass(frozen=True)
-class FlagExample:
+class FlagExample(FeatureExample):
     api: str
     argument: str
     value: bool
     step: int
     trace: str
     features: tuple[tuple[str, Any], ...]
-
-    def feature_map(self) -> dict[str, Any]:
-        return dict(self.features)
 
 
 def collect(paths: Iterable[str | Path]) -> dict[tuple[str, str], list[FlagExample]]:

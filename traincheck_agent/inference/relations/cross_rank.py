@@ -18,7 +18,12 @@ from typing import Any
 
 from traincheck_agent.inference.examples import DESCRIPTIVE_ATTRS, TENSOR_ATTRS
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.preconditions import deduce, holds_all, with_condition
+from traincheck_agent.inference.preconditions import (
+    FeatureExample,
+    deduce,
+    holds_all,
+    with_condition,
+)
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 from traincheck_agent.trace.schema import KIND_STATE
 
@@ -28,7 +33,7 @@ MIN_STEPS = 2
 
 
 @dataclass(frozen=True)
-class RankExample:
+class RankExample(FeatureExample):
     where: str
     attribute: str
     var: str
@@ -36,9 +41,6 @@ class RankExample:
     ranks: tuple[int, ...]
     equal: bool
     features: tuple[tuple[str, Any], ...]
-
-    def feature_map(self) -> dict[str, Any]:
-        return dict(self.features)
 
 
 def collect(paths: Iterable[str | Path]) -> dict[tuple[str, str], list[RankExample]]:

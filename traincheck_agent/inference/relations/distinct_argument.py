@@ -16,7 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.preconditions import deduce, holds_all, with_condition
+from traincheck_agent.inference.preconditions import (
+    FeatureExample,
+    deduce,
+    holds_all,
+    with_condition,
+)
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 from traincheck_agent.trace.schema import KIND_CALL
 
@@ -26,7 +31,7 @@ MIN_DISTINCT = 5
 
 
 @dataclass(frozen=True)
-class ArgExample:
+class ArgExample(FeatureExample):
     api: str
     argument: str
     oid: int
@@ -35,9 +40,6 @@ class ArgExample:
     repeated: bool
     trace: str
     features: tuple[tuple[str, Any], ...]
-
-    def feature_map(self) -> dict[str, Any]:
-        return dict(self.features)
 
 
 def _parameter_argument(args: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:

@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.preconditions import Clause, deduce, holds_all, with_condition
+from traincheck_agent.inference.preconditions import (
+    Clause,
+    FeatureExample,
+    deduce,
+    holds_all,
+    with_condition,
+)
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 from traincheck_agent.trace.schema import KIND_CALL
 
@@ -25,15 +31,12 @@ MIN_STEPS = 2
 
 
 @dataclass(frozen=True)
-class CallExample:
+class CallExample(FeatureExample):
     api: str
     dtype: str
     step: int
     trace: str
     features: tuple[tuple[str, Any], ...]
-
-    def feature_map(self) -> dict[str, Any]:
-        return dict(self.features)
 
 
 def _tensor_dtype(desc: Any) -> str | None:
