@@ -117,10 +117,23 @@ def test_algorithms_table():
 @pytest.mark.parametrize("shape", [(), (0,), (1,), (3, 5), (2, 0, 3), (1001,)], ids=str)
 def test_format_every_dtype_and_shape(impl, dtype, shape):
     out = fp(impl, sample(dtype, shape))
-    assert set(out) == {"h", "zero", "nonfinite"}
+    assert set(out) - {"amax"} == {"h", "zero", "nonfinite"}
     assert re.fullmatch(rf"{impl}:[0-9a-f]{{16}}", out["h"])
     assert isinstance(out["zero"], bool) and isinstance(out["nonfinite"], bool)
     assert json.loads(json.dumps(out)) == out
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64], ids=str)
+def test_cpu_fingerprints_carry_the_largest_magnitude_of_finite_floats(dtype):
+    gen = torch.Generator().manual_seed(3)
+    t = (torch.randn(70001, generator=gen) * 5).to(dtype)  # several reduction pieces
+    t[12345] = -40.0
+    assert fingerprint_tensor(t)["amax"] == 40.0
+    assert fingerprint_tensor(t[::3])["amax"] == float(t[::3].abs().max())  # strided view
+    assert fingerprint_tensor(torch.zeros(5, dtype=dtype))["amax"] == 0.0
+    t[7] = float("inf")
+    assert "amax" not in fingerprint_tensor(t)  # not finite: only the flag says so
+    assert "amax" not in fingerprint_tensor(torch.ones(4, dtype=torch.int64))
 
 
 def test_cpu_hash_is_xxh3_of_raw_bytes():

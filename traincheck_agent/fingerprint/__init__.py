@@ -1,6 +1,7 @@
 """Tensor fingerprints: a 64-bit content hash plus "all zero" and "some NaN/Inf" flags.
 
-A fingerprint is ``{"h": "<algo>:<16 hex>", "zero": bool, "nonfinite": bool}``. Checks compare
+A fingerprint is ``{"h": "<algo>:<16 hex>", "zero": bool, "nonfinite": bool}`` (CPU float
+fingerprints add ``"amax"``, the largest magnitude). Checks compare
 ``h`` of tensors of one device type to tell whether the content changed, without keeping the
 content. CPU tensors are hashed with xxHash3 (``x3``); tensors on an accelerator are hashed
 where they live (``tw``, a fused Triton kernel on CUDA, the same algorithm in torch ops

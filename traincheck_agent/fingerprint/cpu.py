@@ -52,34 +52,44 @@ def _pieces(values: torch.Tensor) -> list[torch.Tensor] | tuple[torch.Tensor, ..
     return flat.split(_GRAIN)
 
 
-def _float_flags(values: torch.Tensor) -> tuple[bool, bool]:
-    zero, nonfinite = True, False
+def _float_flags(values: torch.Tensor) -> tuple[bool, bool, float]:
+    """(zero, nonfinite, largest magnitude) of a float tensor."""
+    zero, nonfinite, amax = True, False, 0.0
     for piece in _pieces(values):
         lo, hi = torch.aminmax(piece)
         lo_f, hi_f = float(lo), float(hi)
         zero = zero and lo_f == 0.0 and hi_f == 0.0
         nonfinite = nonfinite or not (math.isfinite(lo_f) and math.isfinite(hi_f))
-    return zero, nonfinite
+        amax = max(amax, -lo_f, hi_f)
+    return zero, nonfinite, amax
 
 
 def _any_nonzero(flat: torch.Tensor) -> bool:
     return any(bool(piece.any()) for piece in _pieces(flat))
 
 
-def _flags(t: torch.Tensor, flat: torch.Tensor) -> tuple[bool, bool]:
-    """(zero, nonfinite) of the tensor whose contiguous bytes are ``flat``."""
+def _flags(t: torch.Tensor, flat: torch.Tensor) -> tuple[bool, bool, float | None]:
+    """(zero, nonfinite, largest magnitude or None) of the tensor whose contiguous bytes are
+    ``flat``; the magnitude is known for the common float dtypes only."""
     if flat.numel() == 0:
-        return True, False
+        return True, False, None
     dtype = t.dtype
     if dtype in _PLAIN_DTYPES and not t.is_quantized:
-        return not _any_nonzero(flat), False
+        return not _any_nonzero(flat), False, None
     if dtype in _MINMAX_DTYPES:
         return _float_flags(flat.view(dtype))
     if dtype in _COMPLEX_DTYPES:
-        return _float_flags(torch.view_as_real(flat.view(dtype)))
+        return *_float_flags(torch.view_as_real(flat.view(dtype)))[:2], None
     spec = device_hash.flag_spec(dtype)
     fp = device_hash.make_fingerprint(0, 0, device_hash.flag_bits(flat, spec), flat.numel(), spec)
-    return fp["zero"], fp["nonfinite"]
+    return fp["zero"], fp["nonfinite"], None
+
+
+def _record(digest: str, zero: bool, nonfinite: bool, amax: float | None) -> dict:
+    out = {"h": f"{PREFIX}:{digest}", "zero": zero, "nonfinite": nonfinite}
+    if amax is not None and not nonfinite:
+        out["amax"] = amax
+    return out
 
 
 def _fast_float(t: torch.Tensor) -> dict | None:
@@ -89,8 +99,7 @@ def _fast_float(t: torch.Tensor) -> dict | None:
         return None
     nbytes = t.numel() * t.element_size()
     digest = xxhash.xxh3_64_hexdigest((ctypes.c_char * nbytes).from_address(t.data_ptr()))
-    zero, nonfinite = _float_flags(t)
-    return {"h": f"{PREFIX}:{digest}", "zero": zero, "nonfinite": nonfinite}
+    return _record(digest, *_float_flags(t))
 
 
 def fingerprint_cpu(t: torch.Tensor) -> dict:
@@ -99,5 +108,4 @@ def fingerprint_cpu(t: torch.Tensor) -> dict:
     if fast is not None:
         return fast
     flat = device_hash.raw_bytes(t)
-    zero, nonfinite = _flags(t, flat)
-    return {"h": f"{PREFIX}:{_digest(flat)}", "zero": zero, "nonfinite": nonfinite}
+    return _record(_digest(flat), *_flags(t, flat))

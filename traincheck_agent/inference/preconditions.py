@@ -59,24 +59,28 @@ def holds_all(clauses: Sequence[Clause], features: dict[str, Any]) -> bool:
     return all(c.holds(features) for c in clauses)
 
 
-def _candidates(passing: Sequence[dict[str, Any]]) -> list[Clause]:
+def _candidates(passing: Sequence[dict[str, Any]], priority: Sequence[str]) -> list[Clause]:
     first = passing[0]
+    rank = {name: i for i, name in enumerate(priority)}
     out = []
-    for name in sorted(first):
+    for name in sorted(first, key=lambda n: (rank.get(n, len(rank)), n)):
         value = first[name]
         if all(f.get(name, _MISSING) == value for f in passing[1:]):
             out.append(Clause(name, value))
     return out
 
 
-def deduce(passing: Sequence[dict[str, Any]], failing: Sequence[dict[str, Any]]) -> list[Clause] | None:
+def deduce(passing: Sequence[dict[str, Any]], failing: Sequence[dict[str, Any]],
+           priority: Sequence[str] = ()) -> list[Clause] | None:
     """The precondition separating ``passing`` from ``failing``; [] when nothing fails;
-    None when no conjunction of at most ``MAX_CLAUSES`` candidate clauses separates them."""
+    None when no conjunction of at most ``MAX_CLAUSES`` candidate clauses separates them.
+    Among clauses that exclude equally many failing examples, fields named in ``priority``
+    win, in that order."""
     if not passing:
         return None
     if not failing:
         return []
-    candidates = _candidates(passing)
+    candidates = _candidates(passing, priority)
     remaining = set(range(len(failing)))
     chosen: list[Clause] = []
     while remaining:

@@ -26,7 +26,8 @@ A trace is one JSON-lines file per process. Every line is one JSON object with a
 iteration the event belongs to; -1 before training starts. ``phase`` is ``init``, ``train`` or
 ``eval``.
 
-A fingerprint is ``{"h": "<algo>:<16 hex>", "zero": bool, "nonfinite": bool}``; two tensors of
+A fingerprint is ``{"h": "<algo>:<16 hex>", "zero": bool, "nonfinite": bool}`` (CPU float
+fingerprints add ``"amax"``, the largest magnitude); two tensors of
 the same device type that differ in any byte differ in ``h`` with overwhelming probability.
 Hashes from different algorithms (prefix) are never compared.
 """

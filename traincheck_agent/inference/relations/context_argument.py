@@ -4,13 +4,16 @@
 Only boolean arguments that take both values in the reference are hypothesised: a flag that
 never changes says nothing about when it should (and would flag every run that sets it the other
 way for good reasons). For each such argument and value, the calls with that value pass and the
-precondition must explain them from the context: phase, grad mode, autocast.
+precondition must explain them from the context: the training flag of the module whose
+forward made the call, the phase, grad mode, autocast. The module's own flag is preferred when
+it explains the calls as well as the others do: it is what the framework means (an evaluation
+run with grad enabled, or a frozen teacher in train mode under no_grad, keeps that relation).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,19 +43,58 @@ class FlagExample(FeatureExample):
     features: tuple[tuple[str, Any], ...]
 
 
+# Tie-break order of precondition fields: the most meaningful explanation first.
+PRIORITY = ("module_training", "phase", "grad_enabled", "autocast")
+_UNKNOWN = "unknown"
+
+
+def _module_flag(record: dict[str, Any]) -> bool | None:
+    """The training flag of the module a call record is the forward of, if it is one."""
+    receiver = (record.get("args") or {}).get("self")
+    if isinstance(receiver, dict) and isinstance(receiver.get("training"), bool):
+        return receiver["training"]
+    return None
+
+
+def _flag_calls(path: Path) -> Iterator[tuple[dict[str, Any], list[tuple[str, bool]], Any]]:
+    """(record, its boolean arguments, training flag of the enclosing module) for every call
+    with boolean arguments. A call is recorded when it returns, so before its caller: a call
+    waits, with its pending descendants, until an enclosing module call resolves it."""
+    waiting: dict[Any, list[tuple[dict[str, Any], list[tuple[str, bool]]]]] = defaultdict(list)
+    for record in TraceFile(path).records():
+        if record.get("kind") != KIND_CALL:
+            continue
+        flags = [(k, v) for k, v in (record.get("args") or {}).items() if isinstance(v, bool)]
+        children = waiting.pop(record.get("id"), [])
+        module_flag = _module_flag(record)
+        if module_flag is not None:
+            for child in children:
+                yield (*child, module_flag)
+            children = []
+        if flags:
+            children.append((record, flags))
+        if children:
+            parent = record.get("parent")
+            if parent is None:
+                for child in children:
+                    yield (*child, _UNKNOWN)
+            else:
+                waiting[parent].extend(children)
+    for children in waiting.values():  # callers never recorded (e.g. the trace was cut)
+        for child in children:
+            yield (*child, _UNKNOWN)
+
+
 def collect(paths: Iterable[str | Path]) -> dict[tuple[str, str], list[FlagExample]]:
     groups: dict[tuple[str, str], list[FlagExample]] = defaultdict(list)
     for path in find_trace_files(paths):
-        for record in TraceFile(path).records():
-            if record.get("kind") != KIND_CALL:
-                continue
+        for record, flags, module_training in _flag_calls(path):
             ctx = record.get("ctx") or {}
             features = (("autocast", ctx.get("autocast")), ("grad_enabled", ctx.get("grad", True)),
-                        ("phase", record.get("phase")))
-            for name, value in (record.get("args") or {}).items():
-                if isinstance(value, bool):
-                    groups[(record["api"], name)].append(
-                        FlagExample(record["api"], name, value, int(record.get("step", -1)), path.name, features))
+                        ("module_training", module_training), ("phase", record.get("phase")))
+            for name, value in flags:
+                groups[(record["api"], name)].append(
+                    FlagExample(record["api"], name, value, int(record.get("step", -1)), path.name, features))
     return groups
 
 
@@ -66,7 +108,7 @@ def infer(groups: dict[tuple[str, str], list[FlagExample]], sources: tuple[str, 
             if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
                 continue
             precondition = deduce([e.feature_map() for e in passing],
-                                  [e.feature_map() for e in group if e.value is not value])
+                                  [e.feature_map() for e in group if e.value is not value], PRIORITY)
             if not precondition:  # None: not explained by the context; []: cannot happen here
                 continue
             invariants.append(Invariant(
@@ -90,4 +132,5 @@ def check(invariant: Invariant, groups: dict[tuple[str, str], list[FlagExample]]
 def violation(invariant: Invariant, ex: FlagExample) -> dict[str, Any]:
     return {"step": ex.step, "api": ex.api, "variable": "", "trace": ex.trace,
             "message": f"{invariant.description}: called with {ex.argument}={ex.value} at step {ex.step} "
-                       f"(phase {ex.feature_map().get('phase')})"}
+                       f"(phase {ex.feature_map().get('phase')}, "
+                       f"enclosing module training={ex.feature_map().get('module_training')})"}

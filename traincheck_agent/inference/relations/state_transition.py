@@ -42,10 +42,14 @@ class Effect:
     target: frozenset[str] | None = None
     # Effects about the value *before* the call may not use that value as a precondition.
     about_before: bool = False
+    # Examples that cannot tell whether the effect happened: neither passing nor failing, in
+    # inference and in checks.
+    undecided: Callable[[TransitionExample], bool] = lambda e: False
 
 
 EFFECTS = (
-    Effect("changed", lambda e: e.changed, "changes the {attr}"),
+    Effect("changed", lambda e: e.changed, "changes the {attr}",
+           undecided=lambda e: e.attribute == "data" and e.update_negligible and not e.changed),
     Effect("unchanged", lambda e: not e.changed, "does not change the {attr}"),
     Effect("becomes_none_or_zero", lambda e: e.after_class in (NONE, ZERO), "leaves the {attr} None or zero",
            frozenset({NONE, ZERO})),
@@ -88,7 +92,8 @@ def infer(examples: ExampleSet, sources: tuple[str, ...]) -> list[Invariant]:
             if effect.about_before:
                 own = f"before.{attribute}"
                 features = [{k: v for k, v in f.items() if k != own} for f in all_features]
-            passing_idx = [i for i, e in enumerate(group) if effect.holds(e)]
+            decided = [i for i, e in enumerate(group) if not effect.undecided(e)]
+            passing_idx = [i for i in decided if effect.holds(group[i])]
             if len(passing_idx) < MIN_PASSING or len({group[i].step for i in passing_idx}) < MIN_STEPS:
                 continue
             if effect.target is not None and all(group[i].before_class in effect.target for i in passing_idx):
@@ -97,7 +102,7 @@ def infer(examples: ExampleSet, sources: tuple[str, ...]) -> list[Invariant]:
                 continue  # nothing there to be finite
             passing_set = set(passing_idx)
             passing = [features[i] for i in passing_idx]
-            failing = [features[i] for i in range(len(group)) if i not in passing_set]
+            failing = [features[i] for i in decided if i not in passing_set]
             precondition = deduce(passing, failing)
             if precondition is None:
                 continue
@@ -123,7 +128,8 @@ def check(invariant: Invariant, examples: ExampleSet) -> list[TransitionExample]
     subject = invariant.subject
     effect = EFFECTS_BY_NAME[subject["effect"]]
     group = examples.groups.get((subject["event"], subject["attribute"]), [])
-    return [e for e in group if holds_all(invariant.precondition, e.feature_map()) and not effect.holds(e)]
+    return [e for e in group if not effect.holds(e) and not effect.undecided(e)
+            and holds_all(invariant.precondition, e.feature_map())]
 
 
 def violation(invariant: Invariant, ex: TransitionExample) -> dict[str, Any]:
