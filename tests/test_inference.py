@@ -92,9 +92,15 @@ def test_clean_variants_violate_nothing(runs):
 
 def test_forgotten_zero_grad_is_caught_in_the_first_iteration_it_matters(runs):
     invariants, _ = infer_invariants([runs["reference"], runs["frozen_reference"]])
-    violations = check_offline(invariants, [runs["bug_no_zero_grad"]])
+    all_violations = check_offline(invariants, [runs["bug_no_zero_grad"]])
+    violations = [v for v in all_violations if v["relation"] == "StateTransition"]
     assert violations and violations[0]["step"] == 1  # step 0 had no stale grads yet
     assert all("backward finds the grad None or zero" in v["message"] for v in violations)
+    # The loop itself: no zero_grad between two steps, from the second step on.
+    sequence = [v for v in all_violations if v["relation"] == "APISequence"]
+    assert [v["step"] for v in sequence] == [1, 2, 3]
+    assert all(v["api"] == "torch.optim.Optimizer.zero_grad" for v in sequence)
+    assert {v["relation"] for v in all_violations} == {"StateTransition", "APISequence"}
     assert {v["variable"] for v in violations if v["step"] == 1} == {
         "model.backbone.0.weight", "model.backbone.0.bias", "model.backbone.2.weight", "model.backbone.2.bias",
         "model.head.weight", "model.head.bias"}
@@ -207,6 +213,31 @@ def test_a_parameter_initialised_twice_is_caught(tmp_path):
     assert len(violations) == 1 and violations[0]["step"] == -1
     assert "torch.nn.init.normal_ received the same parameter" in violations[0]["message"]
     assert check_offline(invariants, [_collect(tmp_path, "clean", "--steps", "2", "--init", "normal", "--seed", "9")]) == []
+
+
+def test_evaluating_before_any_training_forward_is_caught(tmp_path):
+    """Spectral norm's power iteration and BatchNorm's running statistics only advance in
+    training forwards: an evaluation before the first one uses their initial values."""
+    script = str(PIPELINES / "spectral_train.py")
+
+    def collect(name, *args):
+        out = tmp_path / name
+        proc = run_python([script, *args], agent_env("collect", out))
+        assert proc.returncode == 0, proc.stderr
+        return out
+
+    invariants, _ = infer_invariants([collect("ref", "--seed", "0"), collect("ref2", "--seed", "1", "--eval-every", "2")])
+    leads = {i.subject["api"]: i for i in invariants if i.relation == "APISequence" and i.subject["form"] == "leads"}
+    assert set(leads) == {"torch.nn.utils.spectral_norm.SpectralNorm.compute_weight", "torch.nn.functional.batch_norm"}
+    assert leads["torch.nn.functional.batch_norm"].id.startswith("as-")
+    covers = {i.subject["api"] for i in invariants if i.relation == "APISequence" and i.subject["form"] == "covers"}
+    assert {"torch.optim.Optimizer.zero_grad", "torch.Tensor.backward"} <= covers
+    violations = check_offline(invariants, [collect("bug", "--bug", "eval-before-train", "--seed", "4")])
+    assert {(v["api"], v["variable"], v["step"]) for v in violations} == {
+        ("torch.nn.utils.spectral_norm.SpectralNorm.compute_weight", "model.0", -1),
+        ("torch.nn.utils.spectral_norm.SpectralNorm.compute_weight", "model.3", -1),
+        ("torch.nn.functional.batch_norm", "", -1)}
+    assert check_offline(invariants, [collect("clean", "--seed", "5", "--steps", "5", "--eval-every", "1")]) == []
 
 
 def test_dropout_left_on_in_eval_is_caught_at_the_first_eval(tmp_path):

@@ -16,6 +16,7 @@ from typing import Any
 
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.relations import (
+    api_sequence,
     context_argument,
     cross_rank,
     distinct_argument,
@@ -24,7 +25,7 @@ from traincheck_agent.inference.relations import (
 )
 from traincheck_agent.trace.reader import find_trace_files
 
-RELATIONS = (state_transition, cross_rank, output_dtype, distinct_argument, context_argument)
+RELATIONS = (state_transition, cross_rank, output_dtype, distinct_argument, context_argument, api_sequence)
 
 
 def infer_invariants(paths: Iterable[str | Path]) -> tuple[list[Invariant], list[Path]]:
