@@ -25,6 +25,8 @@ ID_PREFIXES = {
     "ConsistentOutput": "co",
     "DistinctArgument": "di",
     "ContextArgument": "ca",
+    "APISequence": "as",
+    "Threshold": "th",
 }
 
 
