@@ -134,6 +134,8 @@ def test_cli_infer_and_show(runs, tmp_path):
     ('{"format": "traincheck-invariants", "version": 1, "invariants": [3]}', "invariants[0]: expected an object"),
     ('{"format": "traincheck-invariants", "version": 1, "invariants": [{"relation": "X", "subject": {}, '
      '"precondition": [1]}]}', "invariants[0].precondition[0]: expected an object with field and value"),
+    ('{"format": "traincheck-invariants", "version": 1, "invariants": [{"relation": "X", "subject": {}, '
+     '"precondition": [{"kind": "LIKE", "field": "a", "value": 1}]}]}', "invariants[0]: malformed: unknown clause kind 'LIKE'"),
 ])
 def test_malformed_invariants_files(tmp_path, content, problem):
     path = tmp_path / "inv.json"
@@ -288,3 +290,22 @@ def test_preferred_fields_win_ties_between_equally_separating_clauses():
     failing = [{"grad_enabled": True, "module_training": True}] * 3
     assert [c.field for c in deduce(passing, failing)] == ["grad_enabled"]  # alphabetical
     assert [c.field for c in deduce(passing, failing, ("module_training",))] == ["module_training"]
+
+
+def test_inverted_disjunctive_and_existence_clauses():
+    from traincheck_agent.inference.preconditions import Clause, deduce
+
+    def texts(clauses):
+        return [c.text() for c in clauses]
+
+    # "except in eval": passing examples come from two phases, failing ones only from eval.
+    passing = [{"phase": "init"}, {"phase": "train"}, {"phase": "train"}]
+    assert texts(deduce(passing, [{"phase": "eval"}])) == ["phase != eval"]
+    # A disjunction when some failing value is also unseen: [init, train] rules out both.
+    both = deduce(passing, [{"phase": "eval"}, {"phase": "other"}])
+    assert texts(both) == ["phase in [init, train]"]
+    # Inside any autocast context, whatever its dtype.
+    autocast = [{"autocast": "cpu:bfloat16"}, {"autocast": "cuda:float16"}]
+    assert texts(deduce(autocast, [{"autocast": None}])) == ["autocast is set"]
+    for clause in [*both, Clause("autocast", None, "EXIST"), Clause("phase", "eval", "NOT")]:
+        assert Clause.from_json(json.loads(json.dumps(clause.to_json()))) == clause

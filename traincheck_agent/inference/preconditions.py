@@ -2,16 +2,18 @@
 
 An example is described by features known before the event (the variable's dtype and
 requires_grad, the class of its grad before the call, the phase, framework markings ...).
-A clause ``CONSTANT(field = value)`` is a candidate when every passing example has that value.
-The precondition is the smallest set of candidates (greedy cover) that every failing example
-breaks; when some failing example satisfies every candidate, the examples cannot be separated
+A clause is a candidate when every passing example satisfies it: ``CONSTANT`` (they all have
+one value), ``EXIST`` (none lacks the field), ``ONE_OF`` (a disjunction of the few values they
+have) and ``NOT`` (a value only failing examples have: "except in eval"). The precondition is
+the smallest set of candidates (greedy cover, the plainest kind winning ties) that every failing
+example breaks; when some failing example satisfies every candidate, the examples cannot be separated
 and the hypothesis is dropped. Identity-like fields (ids, times, pids, names) are never
 features, so they can never become clauses.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,24 +31,66 @@ class FeatureExample:
         return dict(self.features)
 
 
-@dataclass(frozen=True, order=True)
+CONSTANT, EXIST, NOT, ONE_OF = "CONSTANT", "EXIST", "NOT", "ONE_OF"
+KINDS = (CONSTANT, EXIST, NOT, ONE_OF)  # also the tie-break order: the plainest clause first
+MAX_ONE_OF = 3  # a disjunction of more values than this explains nothing
+
+
+@dataclass(frozen=True)
 class Clause:
+    """One condition on an example's features.
+
+    ``CONSTANT``: ``field`` equals ``value``. ``EXIST``: ``field`` is present and not None (e.g.
+    inside some autocast context). ``NOT``: ``field`` is anything but ``value`` (``except in
+    eval``). ``ONE_OF``: ``field`` is one of the values in the tuple ``value`` (a disjunction).
+    """
+
     field: str
     value: Any
-    kind: str = "CONSTANT"
+    kind: str = CONSTANT
 
     def holds(self, features: dict[str, Any]) -> bool:
-        return features.get(self.field, _MISSING) == self.value
+        got = features.get(self.field, _MISSING)
+        if self.kind == CONSTANT:
+            return got == self.value
+        if self.kind == EXIST:
+            return got is not _MISSING and got is not None
+        if self.kind == NOT:
+            return got != self.value
+        return got in self.value
+
+    def sort_key(self) -> tuple[str, int, str]:
+        return self.field, KINDS.index(self.kind), repr(self.value)
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "field": self.field, "value": self.value}
+        value = list(self.value) if self.kind == ONE_OF else self.value
+        return {"kind": self.kind, "field": self.field, "value": value}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Clause:
-        return cls(field=raw["field"], value=raw["value"], kind=raw.get("kind", "CONSTANT"))
+        kind = raw.get("kind", CONSTANT)
+        if kind not in KINDS:
+            raise ValueError(f"unknown clause kind {kind!r} (known: {', '.join(KINDS)})")
+        value = raw["value"]
+        if kind == ONE_OF:
+            if not isinstance(value, list):
+                raise ValueError("a ONE_OF clause needs a list of values")
+            value = tuple(value)
+        return cls(field=raw["field"], value=value, kind=kind)
 
     def text(self) -> str:
+        if self.kind == EXIST:
+            return f"{self.field} is set"
+        if self.kind == NOT:
+            return f"{self.field} != {self.value}"
+        if self.kind == ONE_OF:
+            return f"{self.field} in [{', '.join(map(str, self.value))}]"
         return f"{self.field} = {self.value}"
+
+
+def ordered(clauses: Iterable[Clause]) -> list[Clause]:
+    """Clauses in their canonical order (by field, then kind, then value)."""
+    return sorted(clauses, key=Clause.sort_key)
 
 
 def with_condition(statement: str, clauses: Sequence[Clause]) -> str:
@@ -59,15 +103,35 @@ def holds_all(clauses: Sequence[Clause], features: dict[str, Any]) -> bool:
     return all(c.holds(features) for c in clauses)
 
 
-def _candidates(passing: Sequence[dict[str, Any]], priority: Sequence[str]) -> list[Clause]:
-    first = passing[0]
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _candidates(passing: Sequence[dict[str, Any]], failing: Sequence[dict[str, Any]],
+                priority: Sequence[str]) -> list[Clause]:
+    """Every clause that all passing examples satisfy, plainest kind first, then by priority."""
     rank = {name: i for i, name in enumerate(priority)}
-    out = []
-    for name in sorted(first, key=lambda n: (rank.get(n, len(rank)), n)):
-        value = first[name]
-        if all(f.get(name, _MISSING) == value for f in passing[1:]):
-            out.append(Clause(name, value))
-    return out
+    names = sorted({n for f in passing for n in f}, key=lambda n: (rank.get(n, len(rank)), n))
+    by_kind: dict[str, list[Clause]] = {kind: [] for kind in KINDS}
+    for name in names:
+        values = [f.get(name, _MISSING) for f in passing]
+        if any(v is _MISSING or not _hashable(v) for v in values):
+            continue
+        seen = set(values)
+        if len(seen) == 1:
+            by_kind[CONSTANT].append(Clause(name, values[0]))
+            continue
+        if None not in seen:
+            by_kind[EXIST].append(Clause(name, None, EXIST))
+        if len(seen) <= MAX_ONE_OF:
+            by_kind[ONE_OF].append(Clause(name, tuple(sorted(seen, key=repr)), ONE_OF))
+        excluded = {f.get(name, _MISSING) for f in failing} - seen - {_MISSING}
+        by_kind[NOT] += [Clause(name, v, NOT) for v in sorted(excluded, key=repr) if _hashable(v)]
+    return [clause for kind in KINDS for clause in by_kind[kind]]
 
 
 def deduce(passing: Sequence[dict[str, Any]], failing: Sequence[dict[str, Any]],
@@ -80,7 +144,7 @@ def deduce(passing: Sequence[dict[str, Any]], failing: Sequence[dict[str, Any]],
         return None
     if not failing:
         return []
-    candidates = _candidates(passing, priority)
+    candidates = _candidates(passing, failing, priority)
     remaining = set(range(len(failing)))
     chosen: list[Clause] = []
     while remaining:
@@ -94,4 +158,4 @@ def deduce(passing: Sequence[dict[str, Any]], failing: Sequence[dict[str, Any]],
         chosen.append(best)
         candidates.remove(best)
         remaining -= best_killed
-    return sorted(chosen)
+    return ordered(chosen)

@@ -20,6 +20,7 @@ from traincheck_agent.inference.preconditions import (
     FeatureExample,
     deduce,
     holds_all,
+    ordered,
     with_condition,
 )
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
@@ -90,7 +91,7 @@ def _scoped_to_input_dtype(precondition: list[Clause], passing: list[dict[str, A
     dtypes = {f.get("input.dtype") for f in passing}
     if len(dtypes) != 1 or None in dtypes or any(c.field == "input.dtype" for c in precondition):
         return precondition
-    return sorted([*precondition, Clause("input.dtype", dtypes.pop())])
+    return ordered([*precondition, Clause("input.dtype", dtypes.pop())])
 
 
 def infer(groups: dict[str, list[CallExample]], sources: tuple[str, ...]) -> list[Invariant]:

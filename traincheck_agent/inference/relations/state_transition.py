@@ -25,7 +25,13 @@ from traincheck_agent.inference.examples import (
     collect_examples,
 )
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.preconditions import Clause, deduce, holds_all, with_condition
+from traincheck_agent.inference.preconditions import (
+    Clause,
+    deduce,
+    holds_all,
+    ordered,
+    with_condition,
+)
 
 RELATION = "StateTransition"
 MIN_PASSING = 5
@@ -76,7 +82,7 @@ def _scoped(precondition: list[Clause], passing: list[dict]) -> list[Clause]:
         values = {f.get(name) for f in passing}
         if len(values) == 1 and not any(c.field == name for c in precondition):
             extra.append(Clause(name, values.pop()))
-    return sorted([*precondition, *extra])
+    return ordered([*precondition, *extra])
 
 
 def collect(files: Iterable[Path]) -> ExampleSet:
