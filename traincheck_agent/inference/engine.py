@@ -22,10 +22,12 @@ from traincheck_agent.inference.relations import (
     distinct_argument,
     output_dtype,
     state_transition,
+    threshold,
 )
 from traincheck_agent.trace.reader import find_trace_files
 
-RELATIONS = (state_transition, cross_rank, output_dtype, distinct_argument, context_argument, api_sequence)
+RELATIONS = (state_transition, cross_rank, output_dtype, distinct_argument, context_argument, api_sequence,
+             threshold)
 
 
 def infer_invariants(paths: Iterable[str | Path]) -> tuple[list[Invariant], list[Path]]:
