@@ -127,6 +127,18 @@ def test_cli_infer_and_show(runs, tmp_path):
     assert all("zero_grad" in line for line in show.stdout.splitlines()[:-1])
 
 
+def test_inference_progress_bar(runs, tmp_path):
+    def infer(*flags):
+        cmd = [sys.executable, "-m", "traincheck_agent", "infer", str(runs["reference"]), "-o", str(tmp_path / "i.json"), *flags]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stderr
+
+    shown = infer("--progress").split()  # text mode reads the bar's carriage returns as newlines
+    assert "[" + "#" * 30 + "]" in shown and shown[-2:] == ["100%", "done"]
+    assert infer() == ""  # not a terminal, not asked for
+
+
 @pytest.mark.parametrize(("content", "problem"), [
     ("{not json", "line 1: not valid JSON"),
     ('{"format": "other"}', "not a traincheck invariants file"),

@@ -15,9 +15,20 @@ def _resolve_qualified(module: str, qualname: str) -> Any:
     return obj
 
 
+class TracedBoundFunction(wrapt.BoundFunctionWrapper):
+    """``__func__`` is our unbound wrapper, not the original: torch's LRScheduler rebinds
+    ``opt.step = wrap(opt.step.__func__)``, which must keep the call instrumented."""
+
+    @property
+    def __func__(self) -> Any:
+        return self._self_parent
+
+
 class TracedFunction(wrapt.FunctionWrapper):
     """A wrapt wrapper that marks our instrumentation and pickles as the name it replaced, so
     ``torch.save`` / spawn pickling of objects that reference a wrapped function keep working."""
+
+    __bound_function_wrapper__ = TracedBoundFunction
 
     def __reduce_ex__(self, protocol: int) -> Any:
         wrapped = self.__wrapped__

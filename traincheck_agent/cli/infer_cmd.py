@@ -22,6 +22,8 @@ def add_parser(commands: Any) -> None:
     infer.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories")
     infer.add_argument("-o", "--output", type=Path, default=Path("invariants.json"),
                        help="invariants file to write (default invariants.json)")
+    infer.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                       help="show a progress bar on stderr (default: when stderr is a terminal)")
     infer.set_defaults(handler=run_infer)
 
     invariants = commands.add_parser("invariants", help="inspect invariants files",
@@ -37,14 +39,18 @@ def add_parser(commands: Any) -> None:
 
 
 def run_infer(args: argparse.Namespace) -> int:
+    from traincheck_agent.cli.progress import ProgressBar
     from traincheck_agent.inference.engine import infer_invariants
     from traincheck_agent.inference.invariant import write_invariants
 
     started = time.perf_counter()
+    bar = ProgressBar("inferring", enabled=args.progress)
     try:
-        invariants, files = infer_invariants(args.paths)
+        invariants, files = infer_invariants(args.paths, bar.update)
     except (FileNotFoundError, TraceFormatError) as exc:
         return fail(str(exc))
+    finally:
+        bar.close()
     if not files:
         return fail(f"no trace files under {' '.join(args.paths)}")
     write_invariants(invariants, args.output, [str(f) for f in files])

@@ -10,7 +10,8 @@ emitted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,38 +22,67 @@ from traincheck_agent.inference.relations import (
     cross_rank,
     distinct_argument,
     output_dtype,
+    periodic_change,
     state_transition,
     threshold,
 )
-from traincheck_agent.trace.reader import find_trace_files
+from traincheck_agent.trace.reader import find_trace_files, reading_session
 
 RELATIONS = (state_transition, cross_rank, output_dtype, distinct_argument, context_argument, api_sequence,
-             threshold)
+             threshold, periodic_change)
 
 
-def infer_invariants(paths: Iterable[str | Path]) -> tuple[list[Invariant], list[Path]]:
+# Called with (bytes read so far, bytes to read in all, the relation reading).
+Progress = Callable[[int, int, str], None]
+
+
+@contextmanager
+def _passes(files: list[Path], relations: int, progress: Progress | None) -> Iterator[list[str]]:
+    """A reading session over ``relations`` passes of ``files``; the yielded list holds the
+    name of the relation reading, for the progress report."""
+    total = sum(p.stat().st_size for p in files) * relations
+    done, current = 0, [""]
+
+    def read(nbytes: int) -> None:
+        nonlocal done
+        done += nbytes
+        if progress is not None:
+            progress(done, total, current[0])
+
+    with reading_session(read):
+        yield current
+    if progress is not None:
+        progress(total, total, "done")
+
+
+def infer_invariants(paths: Iterable[str | Path], progress: Progress | None = None
+                     ) -> tuple[list[Invariant], list[Path]]:
     """The invariants that hold in every trace under ``paths``, and the trace files read."""
     files = find_trace_files(paths)
     sources = tuple(sorted(p.name for p in files))
     invariants: list[Invariant] = []
-    for relation in RELATIONS:
-        invariants += relation.infer(relation.collect(files), sources)
+    with _passes(files, len(RELATIONS), progress) as current:
+        for relation in RELATIONS:
+            current[0] = relation.RELATION
+            invariants += relation.infer(relation.collect(files), sources)
     return sorted(invariants, key=lambda i: i.id), files
 
 
-def check_offline(invariants: Iterable[Invariant], paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+def check_offline(invariants: Iterable[Invariant], paths: Iterable[str | Path],
+                  progress: Progress | None = None) -> list[dict[str, Any]]:
     """Violations of ``invariants`` in the traces at ``paths``, earliest step first."""
     files = find_trace_files(paths)
     by_relation: dict[str, list[Invariant]] = {}
     for inv in invariants:
         by_relation.setdefault(inv.relation, []).append(inv)
     violations: list[dict[str, Any]] = []
-    for relation in RELATIONS:
-        wanted = by_relation.get(relation.RELATION)
-        if not wanted:
-            continue
-        examples = relation.collect(files)
-        for inv in wanted:
-            for example in relation.check(inv, examples):
-                violations.append({"invariant": inv.id, "relation": inv.relation, **relation.violation(inv, example)})
+    wanted_relations = [r for r in RELATIONS if r.RELATION in by_relation]
+    with _passes(files, len(wanted_relations), progress) as current:
+        for relation in wanted_relations:
+            current[0] = relation.RELATION
+            examples = relation.collect(files)
+            for inv in by_relation[relation.RELATION]:
+                for example in relation.check(inv, examples):
+                    violations.append({"invariant": inv.id, "relation": inv.relation,
+                                       **relation.violation(inv, example)})
     return sorted(violations, key=lambda v: (v["step"], v["invariant"], v.get("variable", "")))

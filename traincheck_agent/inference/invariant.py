@@ -27,6 +27,7 @@ ID_PREFIXES = {
     "ContextArgument": "ca",
     "APISequence": "as",
     "Threshold": "th",
+    "VarPeriodicChange": "vp",
 }
 
 

@@ -7,7 +7,8 @@ is damaged in a way the writer never produces, and is reported with its file and
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -15,6 +16,56 @@ import orjson
 
 from traincheck_agent.messages import warn
 from traincheck_agent.trace.schema import KIND_HEADER, SCHEMA_VERSION, TRACE_GLOB
+
+
+class _ReadingSession:
+    """State shared by the reads of one multi-pass job (inference reads each file once per
+    relation): bytes read go to ``progress``, and a torn last line is reported once."""
+
+    def __init__(self, progress: Callable[[int], None] | None) -> None:
+        self.progress = progress
+        self.torn_reported: set[Path] = set()
+
+
+_session: _ReadingSession | None = None
+_REPORT_BYTES = 1 << 20  # progress is reported in chunks of about this many bytes
+
+
+@contextmanager
+def reading_session(progress: Callable[[int], None] | None = None) -> Iterator[None]:
+    """While the block runs, report bytes read to ``progress`` and warn about a file's torn
+    last line only the first time it is read."""
+    global _session
+    previous, _session = _session, _ReadingSession(progress)
+    try:
+        yield
+    finally:
+        _session = previous
+
+
+def _first_torn_report(path: Path) -> bool:
+    if _session is None:
+        return True
+    if path in _session.torn_reported:
+        return False
+    _session.torn_reported.add(path)
+    return True
+
+
+def _lines_reporting(lines: Iterator[tuple[int, bytes]]) -> Iterator[tuple[int, bytes]]:
+    report = _session.progress if _session is not None else None
+    if report is None:
+        yield from lines
+        return
+    unreported = 0
+    for item in lines:
+        unreported += len(item[1]) + 1
+        if unreported >= _REPORT_BYTES:
+            report(unreported)
+            unreported = 0
+        yield item
+    if unreported:
+        report(unreported)
 
 
 class TraceFormatError(ValueError):
@@ -118,7 +169,7 @@ class TraceFile:
         """Yield every record after the header, one at a time; see the module docstring."""
         self._load_header()  # raises before any record is yielded if the file is not a trace
         with self.path.open("rb") as handle:
-            lines = _lines(handle)
+            lines = _lines_reporting(_lines(handle))
             next(lines, None)  # the header, already checked
             pending: tuple[int, bytes] | None = None
             for item in lines:
@@ -130,7 +181,8 @@ class TraceFile:
             line_no, line = pending
             record, problem = _parse(line)
             if record is None:
-                warn(f"{self.path}:{line_no}: skipped a torn last line ({problem})")
+                if _first_torn_report(self.path):
+                    warn(f"{self.path}:{line_no}: skipped a torn last line ({problem})")
                 return
             yield record
 

@@ -1,0 +1,207 @@
+"""VarPeriodicChange: a scalar attribute of a variable changes with a period and stays constant
+otherwise, e.g. the ``lr`` of an optimizer param group under ``StepLR(step_size=K)`` changes
+every K steps, under a cosine / exponential schedule at every step. A forgotten
+``scheduler.step()``, a doubled one, or one on another cadence breaks it.
+
+Examples are pairs of consecutive *recorded* snapshots of one (point, vtype, variable,
+attribute) in one trace: the value at the last record of step ``a`` and at step ``b > a``.
+Snapshots are sampled (every step in the policy's warmup, then every N), so a pair may span
+several steps. A hypothesis "changes exactly at the steps s with s = offset (mod period)" expects
+``c`` changes in (a, b]: c = 0 means the value must be equal, c = 1 that it must differ; with
+c >= 2 the value may have changed and come back (warm restarts, cycles), so the pair is not
+judged. The period and offset are learned from changes seen between adjacent steps (b = a + 1):
+the gcd of their distances, then checked against every pair of every reference.
+Attributes that never change are constants, not periodic changes, and are skipped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import reduce
+from pathlib import Path
+from typing import Any
+
+from traincheck_agent.inference.invariant import Invariant
+from traincheck_agent.inference.preconditions import (
+    FeatureExample,
+    deduce,
+    holds_all,
+    with_condition,
+)
+from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.trace.schema import KIND_STATE
+
+RELATION = "VarPeriodicChange"
+MIN_CHANGES = 3  # changes a hypothesis must have seen, over all references
+
+# (point, vtype, variable, attribute)
+Key = tuple[str, str, str, str]
+
+
+@dataclass(frozen=True)
+class ChangeExample(FeatureExample):
+    """One attribute of one variable at two consecutive recorded steps of one trace."""
+
+    where: str
+    vtype: str
+    var: str
+    attribute: str
+    prev_step: int
+    step: int
+    before: float
+    after: float
+    trace: str
+    features: tuple[tuple[str, Any], ...]
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+    @property
+    def adjacent(self) -> bool:
+        return self.step == self.prev_step + 1
+
+
+def expected_changes(prev_step: int, step: int, period: int, offset: int) -> int:
+    """How many steps s in (prev_step, step] have s = offset (mod period)."""
+    return (step - offset) // period - (prev_step - offset) // period
+
+
+def _first_expected(prev_step: int, period: int, offset: int) -> int:
+    start = prev_step + 1
+    return start + (offset - start) % period
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _pairs_in(trace: TraceFile, label: str) -> Iterator[ChangeExample]:
+    """Stream the pairs of one trace; only the latest two steps of each key are held."""
+    latest: dict[Key, tuple[int, float, str]] = {}  # last record of the newest step seen
+    settled: dict[Key, tuple[int, float]] = {}  # value at the last complete step before it
+
+    def pair(key: Key, prev: tuple[int, float], cur: tuple[int, float, str]) -> ChangeExample:
+        where, vtype, var, attribute = key
+        return ChangeExample(where, vtype, var, attribute, prev[0], cur[0], prev[1], cur[1], label,
+                             (("phase", cur[2]),))
+
+    for record in trace.records():
+        if record.get("kind") != KIND_STATE:
+            continue
+        step = record.get("step")
+        if not isinstance(step, int) or step < 0:
+            continue  # no training step yet: nothing to be periodic against
+        head = (str(record.get("where", "")), str(record.get("vtype")), str(record.get("var")))
+        phase = str(record.get("phase"))
+        for attribute, value in (record.get("attrs") or {}).items():
+            if not _numeric(value):
+                continue
+            key = (*head, attribute)
+            held = latest.get(key)
+            if held is not None and step != held[0]:
+                if step < held[0]:
+                    continue
+                if key in settled:
+                    yield pair(key, settled[key], held)
+                settled[key] = (held[0], held[1])
+            latest[key] = (step, value, phase)  # within a step, the last record wins
+    for key, held in latest.items():
+        if key in settled:
+            yield pair(key, settled[key], held)
+
+
+def collect(paths: Iterable[str | Path]) -> dict[Key, list[ChangeExample]]:
+    groups: dict[Key, list[ChangeExample]] = defaultdict(list)
+    for path in find_trace_files(paths):
+        for example in _pairs_in(TraceFile(path), path.name):
+            groups[(example.where, example.vtype, example.var, example.attribute)].append(example)
+    for group in groups.values():
+        group.sort(key=lambda e: (e.trace, e.step))
+    return groups
+
+
+def _judge(example: ChangeExample, period: int, offset: int) -> bool | None:
+    """True when the pair agrees with the hypothesis, False when not, None when it cannot tell."""
+    count = expected_changes(example.prev_step, example.step, period, offset)
+    if count >= 2:
+        return None
+    return example.changed == (count == 1)
+
+
+def _period(group: list[ChangeExample]) -> tuple[int, int] | None:
+    """(period, offset) from the changes seen between adjacent steps, or None."""
+    steps = sorted({e.step for e in group if e.changed and e.adjacent})
+    if len(steps) < 2:
+        return None
+    period = reduce(math.gcd, (s - steps[0] for s in steps[1:]))
+    return period, steps[0] % period
+
+
+def _describe(key: Key, period: int, offset: int) -> str:
+    where, vtype, var, attribute = key
+    subject = f"the {attribute} of {var} ({vtype}) at {where}"
+    if period == 1:
+        return f"{subject} changes at every step"
+    first = offset or period
+    return (f"{subject} changes every {period} steps (at steps {first}, {first + period}, "
+            f"{first + 2 * period}, ...) and stays constant in between")
+
+
+def infer(groups: dict[Key, list[ChangeExample]], sources: tuple[str, ...]) -> list[Invariant]:
+    invariants = []
+    for key, group in sorted(groups.items()):
+        if sum(e.changed for e in group) < MIN_CHANGES:
+            continue  # a constant, or too few changes to speak of a period
+        found = _period(group)
+        if found is None:
+            continue
+        period, offset = found
+        verdicts = [(e, _judge(e, period, offset)) for e in group]
+        passing = [e for e, ok in verdicts if ok is True]
+        failing = [e for e, ok in verdicts if ok is False]
+        if sum(e.changed for e in passing) < MIN_CHANGES:
+            continue
+        precondition = deduce([e.feature_map() for e in passing], [e.feature_map() for e in failing])
+        if precondition is None:
+            continue  # some reference breaks it
+        where, vtype, var, attribute = key
+        invariants.append(Invariant(
+            relation=RELATION,
+            subject={"event": where, "vtype": vtype, "variable": var, "attribute": attribute,
+                     "period": period, "offset": offset},
+            precondition=tuple(precondition),
+            support={"passing": len(passing), "excluded": len(failing),
+                     "changes": sum(e.changed for e in passing),
+                     "unjudged": len(group) - len(passing) - len(failing),
+                     "steps": len({e.step for e in passing}), "traces": len({e.trace for e in group})},
+            description=with_condition(_describe(key, period, offset), precondition),
+            sources=sources,
+        ))
+    return invariants
+
+
+def check(invariant: Invariant, groups: dict[Key, list[ChangeExample]]) -> list[ChangeExample]:
+    """The pairs that satisfy the precondition and show a change where none was expected, or
+    none where exactly one was."""
+    s = invariant.subject
+    group = groups.get((s["event"], s["vtype"], s["variable"], s["attribute"]), [])
+    return [e for e in group
+            if holds_all(invariant.precondition, e.feature_map()) and _judge(e, s["period"], s["offset"]) is False]
+
+
+def violation(invariant: Invariant, ex: ChangeExample) -> dict[str, Any]:
+    period, offset = invariant.subject["period"], invariant.subject["offset"]
+    span = f"at step {ex.step}" if ex.adjacent else f"between steps {ex.prev_step} and {ex.step}"
+    if ex.changed:
+        what = f"{ex.attribute} changed from {ex.before!r} to {ex.after!r} {span}, where no change was expected"
+    elif ex.adjacent:
+        what = f"{ex.attribute} stayed {ex.before!r} {span}, where a change was expected"
+    else:
+        due = _first_expected(ex.prev_step, period, offset)
+        what = f"{ex.attribute} stayed {ex.before!r} {span}, where a change was expected at step {due}"
+    return {"step": ex.step, "variable": ex.var, "trace": ex.trace,
+            "message": f"{invariant.description}: {what}"}
