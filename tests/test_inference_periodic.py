@@ -62,8 +62,10 @@ def runs(tmp_path_factory) -> dict[str, Run]:
         return {name: future.result() for name, future in futures.items()}
 
 
-def _infer(runs: dict[str, Run], *names: str) -> list[Invariant]:
-    return pc.infer(pc.collect([runs[n].path for n in names]), ())
+def _infer(runs: dict[str, Run], *names: str, constants: bool = False) -> list[Invariant]:
+    """The periodic invariants of the named runs, or with ``constants`` only the constant ones."""
+    found = pc.infer(pc.collect([runs[n].path for n in names]), ())
+    return [i for i in found if (i.subject["period"] == pc.CONSTANT) == constants]
 
 
 def _only(invariants: list[Invariant]) -> Invariant:
@@ -102,6 +104,16 @@ def test_per_step_schedule_is_learned(runs):
 def test_no_scheduler_or_disagreeing_references_give_no_invariant(runs):
     assert _infer(runs, "none_ref") == []  # lr, momentum ... never change: constants
     assert _infer(runs, "step_ref", "cosine_ref") == []  # one reference breaks the other's period
+
+
+def test_attributes_that_never_change_are_constants(runs):
+    constants = {i.subject["attribute"]: i for i in _infer(runs, "none_ref", constants=True)}
+    assert "lr" in constants and "momentum" in constants
+    assert constants["lr"].description.endswith("stays constant across steps")
+    assert "lr" not in {i.subject["attribute"] for i in _infer(runs, "step_ref", constants=True)}
+    # A schedule where the reference had none: the lr moves at the first due step.
+    moved = _violations(constants["lr"], runs["step_clean"])
+    assert moved and "lr changed from" in moved[0]["message"]
 
 
 def test_clean_variants_violate_nothing(runs):

@@ -11,7 +11,10 @@ several steps. A hypothesis "changes exactly at the steps s with s = offset (mod
 c >= 2 the value may have changed and come back (warm restarts, cycles), so the pair is not
 judged. The period and offset are learned from changes seen between adjacent steps (b = a + 1):
 the gcd of their distances, then checked against every pair of every reference.
-Attributes that never change are constants, not periodic changes, and are skipped.
+An attribute that never changes in any reference, over at least ``MIN_CONSTANT_STEPS`` recorded
+steps, gets the degenerate form, period 0: it stays constant across steps (a hyper-parameter
+such as ``momentum`` or ``weight_decay`` that nothing should touch while training runs). Its
+value may differ between references (another lr is still a constant lr).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from traincheck_agent.trace.schema import KIND_STATE
 
 RELATION = "VarPeriodicChange"
 MIN_CHANGES = 3  # changes a hypothesis must have seen, over all references
+MIN_CONSTANT_STEPS = 5  # recorded steps a constant must have been seen over
+CONSTANT = 0  # the period of an attribute that never changes
 
 # (point, vtype, variable, attribute)
 Key = tuple[str, str, str, str]
@@ -66,7 +71,9 @@ class ChangeExample(FeatureExample):
 
 
 def expected_changes(prev_step: int, step: int, period: int, offset: int) -> int:
-    """How many steps s in (prev_step, step] have s = offset (mod period)."""
+    """How many steps s in (prev_step, step] have s = offset (mod period); none for a constant."""
+    if period == CONSTANT:
+        return 0
     return (step - offset) // period - (prev_step - offset) // period
 
 
@@ -144,6 +151,8 @@ def _period(group: list[ChangeExample]) -> tuple[int, int] | None:
 def _describe(key: Key, period: int, offset: int) -> str:
     where, vtype, var, attribute = key
     subject = f"the {attribute} of {var} ({vtype}) at {where}"
+    if period == CONSTANT:
+        return f"{subject} stays constant across steps"
     if period == 1:
         return f"{subject} changes at every step"
     first = offset or period
@@ -154,16 +163,20 @@ def _describe(key: Key, period: int, offset: int) -> str:
 def infer(groups: dict[Key, list[ChangeExample]], sources: tuple[str, ...]) -> list[Invariant]:
     invariants = []
     for key, group in sorted(groups.items()):
-        if sum(e.changed for e in group) < MIN_CHANGES:
-            continue  # a constant, or too few changes to speak of a period
-        found = _period(group)
+        changes = sum(e.changed for e in group)
+        if changes == 0 and len({(e.trace, e.step) for e in group}) >= MIN_CONSTANT_STEPS:
+            found: tuple[int, int] | None = (CONSTANT, 0)
+        elif changes < MIN_CHANGES:
+            continue  # too few changes to speak of a period
+        else:
+            found = _period(group)
         if found is None:
             continue
         period, offset = found
         verdicts = [(e, _judge(e, period, offset)) for e in group]
         passing = [e for e, ok in verdicts if ok is True]
         failing = [e for e, ok in verdicts if ok is False]
-        if sum(e.changed for e in passing) < MIN_CHANGES:
+        if period != CONSTANT and sum(e.changed for e in passing) < MIN_CHANGES:
             continue
         precondition = deduce([e.feature_map() for e in passing], [e.feature_map() for e in failing])
         if precondition is None:
