@@ -269,6 +269,11 @@ def test_dropout_left_on_in_eval_is_caught_at_the_first_eval(tmp_path):
     flags = {i.subject["value"]: i for i in invariants
              if i.relation == "ContextArgument" and i.subject["api"] == "torch.nn.functional.dropout"}
     assert set(flags) == {False, True} and flags[False].id.startswith("ca-")
+    contains = {(i.subject["api"], i.subject["child"]) for i in invariants if i.relation == "EventContain"}
+    assert {("torch.nn.Dropout.forward", "torch.nn.functional.dropout"),
+            ("torch.nn.BatchNorm2d.forward", "torch.nn.functional.batch_norm"),
+            ("torch.Tensor.backward", "torch.autograd.backward")} <= contains
+    assert not any(api.startswith("__main__") for api, _ in contains)  # submodule calls are architecture
     assert [c.text() for c in flags[False].precondition] == ["module_training = False"]
     buggy = collect_cnn("bug", "--steps", "8", "--eval-every", "4", "--bug", "dropout-in-eval")
     violations = [v for v in check_offline(invariants, [buggy]) if v["relation"] == "ContextArgument"]

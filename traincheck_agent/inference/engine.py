@@ -21,6 +21,7 @@ from traincheck_agent.inference.relations import (
     context_argument,
     cross_rank,
     distinct_argument,
+    event_contain,
     output_dtype,
     periodic_change,
     state_transition,
@@ -29,7 +30,7 @@ from traincheck_agent.inference.relations import (
 from traincheck_agent.trace.reader import find_trace_files, reading_session
 
 RELATIONS = (state_transition, cross_rank, output_dtype, distinct_argument, context_argument, api_sequence,
-             threshold, periodic_change)
+             threshold, periodic_change, event_contain)
 
 
 # Called with (bytes read so far, bytes to read in all, the relation reading).

@@ -28,6 +28,7 @@ ID_PREFIXES = {
     "APISequence": "as",
     "Threshold": "th",
     "VarPeriodicChange": "vp",
+    "EventContain": "ec",
 }
 
 

@@ -1,0 +1,108 @@
+"""EventContain (the API half; the state half is StateTransition): every call of API P makes a
+call of API C inside it, e.g. ``BatchNorm2d.forward`` calls ``F.batch_norm``, a spectrally
+normalised layer's forward calls ``SpectralNorm.compute_weight``, ``Tensor.backward`` calls
+``torch.autograd.backward``.
+
+Only direct children count (C's nearest recorded caller is P), and C is never a module's
+forward: which submodules a model calls is its architecture, not a rule of the framework. A
+call is recorded when it returns, so before its caller; each child is noted under its parent's
+id until the parent's record arrives. The precondition is deduced from the caller's context
+(phase, grad mode, the module's training flag).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from traincheck_agent.inference.invariant import Invariant
+from traincheck_agent.inference.preconditions import (
+    FeatureExample,
+    deduce,
+    holds_all,
+    with_condition,
+)
+from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.trace.schema import KIND_CALL
+
+RELATION = "EventContain"
+MIN_PASSING = 5
+MIN_STEPS = 2
+
+
+@dataclass(frozen=True)
+class ContainExample(FeatureExample):
+    """One call of ``api`` and the APIs it called directly."""
+
+    api: str
+    children: frozenset[str]
+    step: int
+    trace: str
+    features: tuple[tuple[str, Any], ...]
+
+
+def _is_module_call(record: dict[str, Any]) -> bool:
+    receiver = (record.get("args") or {}).get("self")
+    return isinstance(receiver, dict) and isinstance(receiver.get("training"), bool)
+
+
+def _features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    ctx = record.get("ctx") or {}
+    receiver = (record.get("args") or {}).get("self")
+    training = receiver.get("training") if isinstance(receiver, dict) else None
+    return (("autocast", ctx.get("autocast")), ("grad_enabled", ctx.get("grad", True)),
+            ("phase", record.get("phase")), ("self.training", training))
+
+
+def collect(paths: Iterable[str | Path]) -> dict[str, list[ContainExample]]:
+    groups: dict[str, list[ContainExample]] = defaultdict(list)
+    for path in find_trace_files(paths):
+        children: dict[Any, set[str]] = defaultdict(set)
+        for record in TraceFile(path).records():
+            if record.get("kind") != KIND_CALL:
+                continue
+            api = str(record.get("api"))
+            if record.get("parent") is not None and not _is_module_call(record):
+                children[record["parent"]].add(api)
+            called = children.pop(record.get("id"), set())
+            groups[api].append(ContainExample(api, frozenset(called), int(record.get("step", -1)), path.name,
+                                              _features(record)))
+    return groups
+
+
+def infer(groups: dict[str, list[ContainExample]], sources: tuple[str, ...]) -> list[Invariant]:
+    invariants = []
+    for api, group in sorted(groups.items()):
+        for child in sorted(frozenset().union(*(e.children for e in group))):
+            passing = [e for e in group if child in e.children]
+            if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
+                continue
+            precondition = deduce([e.feature_map() for e in passing],
+                                  [e.feature_map() for e in group if child not in e.children])
+            if precondition is None:
+                continue
+            invariants.append(Invariant(
+                relation=RELATION,
+                subject={"api": api, "child": child},
+                precondition=tuple(precondition),
+                support={"passing": len(passing), "excluded": len(group) - len(passing),
+                         "steps": len({e.step for e in passing})},
+                description=with_condition(f"every {api} call calls {child}", precondition),
+                sources=sources,
+            ))
+    return invariants
+
+
+def check(invariant: Invariant, groups: dict[str, list[ContainExample]]) -> list[ContainExample]:
+    child = invariant.subject["child"]
+    return [e for e in groups.get(invariant.subject["api"], [])
+            if child not in e.children and holds_all(invariant.precondition, e.feature_map())]
+
+
+def violation(invariant: Invariant, ex: ContainExample) -> dict[str, Any]:
+    made = ", ".join(sorted(ex.children)) or "nothing recorded"
+    return {"step": ex.step, "api": ex.api, "variable": "", "trace": ex.trace,
+            "message": f"{invariant.description}: a call at step {ex.step} did not (it called {made})"}
