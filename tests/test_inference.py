@@ -274,6 +274,9 @@ def test_dropout_left_on_in_eval_is_caught_at_the_first_eval(tmp_path):
             ("torch.nn.BatchNorm2d.forward", "torch.nn.functional.batch_norm"),
             ("torch.Tensor.backward", "torch.autograd.backward")} <= contains
     assert not any(api.startswith("__main__") for api, _ in contains)  # submodule calls are architecture
+    keeps = {(i.subject["api"], i.subject["dim"]) for i in invariants if i.relation == "ConsistentInputOutput"}
+    # Training batches of 32, evaluation batches of 256: every layer keeps the batch dim.
+    assert {("torch.nn.Linear.forward", 0), ("torch.nn.Conv2d.forward", 0), ("torch.nn.Dropout.forward", 0)} <= keeps
     assert [c.text() for c in flags[False].precondition] == ["module_training = False"]
     buggy = collect_cnn("bug", "--steps", "8", "--eval-every", "4", "--bug", "dropout-in-eval")
     violations = [v for v in check_offline(invariants, [buggy]) if v["relation"] == "ContextArgument"]
@@ -326,3 +329,19 @@ def test_inverted_disjunctive_and_existence_clauses():
     assert texts(deduce(autocast, [{"autocast": None}])) == ["autocast is set"]
     for clause in [*both, Clause("autocast", None, "EXIST"), Clause("phase", "eval", "NOT")]:
         assert Clause.from_json(json.loads(json.dumps(clause.to_json()))) == clause
+
+
+def test_a_layer_that_mixes_up_the_batch_dimension_is_caught():
+    from traincheck_agent.inference.relations import input_output
+
+    def call(batch, out_batch, step):
+        return input_output.ShapeExample("m.Layer.forward", "0", (batch, 8), (out_batch, 4), step, "t", (("phase", "train"),))
+
+    reference = {"m.Layer.forward": [call(b, b, s) for s, b in enumerate([32, 32, 32, 256, 32, 256])]}
+    [inv] = input_output.infer(reference, ())
+    assert inv.subject == {"api": "m.Layer.forward", "dim": 0} and inv.id.startswith("io-")
+    assert "ret.shape[0] == args[0].shape[0]" in inv.description
+    [bad] = input_output.check(inv, {"m.Layer.forward": [call(16, 16, 0), call(16, 8, 1)]})
+    assert bad.step == 1 and "dim 0: 8 vs 16" in input_output.violation(inv, bad)["message"]
+    constant = {"m.Layer.forward": [call(32, 32, s) for s in range(6)]}
+    assert input_output.infer(constant, ()) == []  # one batch size: nothing learned about it

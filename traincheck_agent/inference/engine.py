@@ -22,6 +22,7 @@ from traincheck_agent.inference.relations import (
     cross_rank,
     distinct_argument,
     event_contain,
+    input_output,
     output_dtype,
     periodic_change,
     state_transition,
@@ -30,7 +31,7 @@ from traincheck_agent.inference.relations import (
 from traincheck_agent.trace.reader import find_trace_files, reading_session
 
 RELATIONS = (state_transition, cross_rank, output_dtype, distinct_argument, context_argument, api_sequence,
-             threshold, periodic_change, event_contain)
+             threshold, periodic_change, event_contain, input_output)
 
 
 # Called with (bytes read so far, bytes to read in all, the relation reading).

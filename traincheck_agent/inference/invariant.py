@@ -29,6 +29,7 @@ ID_PREFIXES = {
     "Threshold": "th",
     "VarPeriodicChange": "vp",
     "EventContain": "ec",
+    "ConsistentInputOutput": "io",
 }
 
 

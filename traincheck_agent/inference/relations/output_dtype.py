@@ -51,7 +51,8 @@ def _tensor_dtype(desc: Any) -> str | None:
     return None
 
 
-def _features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+def call_features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The context of a call record that preconditions may use."""
     ctx = record.get("ctx") or {}
     args = record.get("args") or {}
     out: dict[str, Any] = {
@@ -81,7 +82,7 @@ def collect(paths: Iterable[str | Path]) -> dict[str, list[CallExample]]:
             if dtype is None:
                 continue
             api = record["api"]
-            groups[api].append(CallExample(api, dtype, int(record.get("step", -1)), path.name, _features(record)))
+            groups[api].append(CallExample(api, dtype, int(record.get("step", -1)), path.name, call_features(record)))
     return groups
 
 

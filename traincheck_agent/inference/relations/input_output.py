@@ -1,0 +1,117 @@
+"""ConsistentInputOutput: an API's output keeps a dimension of its input, e.g. every layer
+preserves the batch dimension (``ret.shape[0] == input.shape[0]``), a sequence model the
+sequence length.
+
+The input is the call's first tensor argument (``self`` excluded); the output its returned
+tensor. One hypothesis per (API, dim) that both have; it is emitted when the sizes were equal
+in every call of every reference and the input took at least two sizes in that dim: a size that
+never varied is a constant of the model (a feature width), not something the call preserves.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from traincheck_agent.inference.invariant import Invariant
+from traincheck_agent.inference.preconditions import (
+    FeatureExample,
+    deduce,
+    holds_all,
+    with_condition,
+)
+from traincheck_agent.inference.relations.output_dtype import call_features
+from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.trace.schema import KIND_CALL
+
+RELATION = "ConsistentInputOutput"
+MIN_PASSING = 5
+MIN_STEPS = 2
+MIN_SIZES = 2
+_TENSORS = ("Tensor", "Parameter")
+
+
+@dataclass(frozen=True)
+class ShapeExample(FeatureExample):
+    api: str
+    argument: str
+    input_shape: tuple[int, ...]
+    output_shape: tuple[int, ...]
+    step: int
+    trace: str
+    features: tuple[tuple[str, Any], ...]
+
+    def keeps(self, dim: int) -> bool:
+        return self.input_shape[dim] == self.output_shape[dim]
+
+
+def _shape(desc: Any) -> tuple[int, ...] | None:
+    if isinstance(desc, dict) and desc.get("t") in _TENSORS and isinstance(desc.get("shape"), list):
+        return tuple(desc["shape"])
+    return None
+
+
+def collect(paths: Iterable[str | Path]) -> dict[str, list[ShapeExample]]:
+    groups: dict[str, list[ShapeExample]] = defaultdict(list)
+    for path in find_trace_files(paths):
+        for record in TraceFile(path).records():
+            if record.get("kind") != KIND_CALL or record.get("exc"):
+                continue
+            out = _shape(record.get("ret"))
+            if out is None:
+                continue
+            found = next(((n, s) for n, d in (record.get("args") or {}).items()
+                          if n != "self" and (s := _shape(d)) is not None), None)
+            if found is None:
+                continue
+            api = str(record["api"])
+            groups[api].append(ShapeExample(api, found[0], found[1], out, int(record.get("step", -1)),
+                                            path.name, call_features(record)))
+    return groups
+
+
+def infer(groups: dict[str, list[ShapeExample]], sources: tuple[str, ...]) -> list[Invariant]:
+    invariants = []
+    for api, group in sorted(groups.items()):
+        ranks = min(min(len(e.input_shape), len(e.output_shape)) for e in group)
+        for dim in range(ranks):
+            passing = [e for e in group if e.keeps(dim)]
+            if (len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS
+                    or len({e.input_shape[dim] for e in passing}) < MIN_SIZES):
+                continue
+            precondition = deduce([e.feature_map() for e in passing],
+                                  [e.feature_map() for e in group if not e.keeps(dim)])
+            if precondition is None:
+                continue
+            argument = passing[0].argument
+            argument = f"args[{argument}]" if argument.isdigit() else argument
+            invariants.append(Invariant(
+                relation=RELATION,
+                subject={"api": api, "dim": dim},
+                precondition=tuple(precondition),
+                support={"passing": len(passing), "excluded": len(group) - len(passing),
+                         "steps": len({e.step for e in passing}),
+                         "sizes": len({e.input_shape[dim] for e in passing})},
+                description=with_condition(
+                    f"{api} keeps dim {dim} of its input: ret.shape[{dim}] == {argument}.shape[{dim}]", precondition),
+                sources=sources,
+            ))
+    return invariants
+
+
+def check(invariant: Invariant, groups: dict[str, list[ShapeExample]]) -> list[ShapeExample]:
+    dim = invariant.subject["dim"]
+    return [e for e in groups.get(invariant.subject["api"], [])
+            if min(len(e.input_shape), len(e.output_shape)) > dim and not e.keeps(dim)
+            and holds_all(invariant.precondition, e.feature_map())]
+
+
+def violation(invariant: Invariant, ex: ShapeExample) -> dict[str, Any]:
+    dim = invariant.subject["dim"]
+    return {"step": ex.step, "api": ex.api, "variable": "", "trace": ex.trace,
+            "message": f"{invariant.description}: got {list(ex.output_shape)} from an input of shape "
+                       f"{list(ex.input_shape)} at step {ex.step} (dim {dim}: {ex.output_shape[dim]} vs "
+                       f"{ex.input_shape[dim]})"}
