@@ -180,6 +180,21 @@ def test_ddp_replicas_are_equal_across_ranks(tmp_path):
     assert found[("after:backward", "grad")].precondition == ()  # DDP all-reduces the grads
 
 
+def test_ranks_loading_the_same_batches_are_caught(tmp_path):
+    """Without a DistributedSampler every rank trains on the same batches: DDP keeps the
+    replicas equal, so only the batch fingerprints across ranks show it."""
+    invariants, _ = infer_invariants([_torchrun(tmp_path, "ref", "ddp_train.py", "--steps", "6")])
+    distinct = {i.subject["position"]: i for i in invariants if i.relation == "CrossRankValue"}
+    assert set(distinct) == {"ret.items[0]", "ret.items[1]"} and distinct["ret.items[0]"].id.startswith("cv-")
+    assert all(i.subject["form"] == "distinct" for i in distinct.values())
+    bug = _torchrun(tmp_path, "bug", "ddp_train.py", "--steps", "6", "--bug", "same-data")
+    violations = check_offline(invariants, [bug])
+    assert {v["relation"] for v in violations} == {"CrossRankValue"}
+    assert violations[0]["step"] == -1 and violations[0]["ranks"] == [0, 1]  # the very first batch
+    assert "ranks [0, 1] got the same value" in violations[0]["message"]
+    assert check_offline(invariants, [_torchrun(tmp_path, "clean", "ddp_train.py", "--steps", "8", "--seed", "1")]) == []
+
+
 def test_tensor_parallel_replicated_parameters_only_and_the_bloom_bug(tmp_path):
     reference = _torchrun(tmp_path, "tp", "tp_train.py")
     invariants, _ = infer_invariants([reference])
@@ -327,7 +342,13 @@ def test_inverted_disjunctive_and_existence_clauses():
     # Inside any autocast context, whatever its dtype.
     autocast = [{"autocast": "cpu:bfloat16"}, {"autocast": "cuda:float16"}]
     assert texts(deduce(autocast, [{"autocast": None}])) == ["autocast is set"]
-    for clause in [*both, Clause("autocast", None, "EXIST"), Clause("phase", "eval", "NOT")]:
+    # Multi-rank examples: equal only where the shard shapes agree on every rank.
+    equal = [{"parties.shape": ((4, 8), (4, 8)), "parties.rank": (0, 1)}] * 3
+    uneven = [{"parties.shape": ((5, 8), (3, 8)), "parties.rank": (0, 1)}]
+    consistent = deduce(equal, uneven)
+    assert texts(consistent) == ["shape is the same on every rank"]
+    assert texts(deduce(uneven * 3, equal)) == ["shape differs between ranks"]
+    for clause in [*both, *consistent, Clause("autocast", None, "EXIST"), Clause("phase", "eval", "NOT")]:
         assert Clause.from_json(json.loads(json.dumps(clause.to_json()))) == clause
 
 

@@ -1,5 +1,8 @@
-"""Two-rank DDP training on CPU with gloo (started by torchrun)."""
+"""Two-rank DDP training on CPU with gloo (started by torchrun), fed by a DataLoader with a
+DistributedSampler. ``--bug same-data`` leaves the sampler out, so every rank trains on the same
+batches: nothing fails and the replicas stay equal, but half the compute is wasted."""
 
+import argparse
 import json
 import os
 
@@ -7,20 +10,33 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data.distributed import DistributedSampler
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bug", choices=["none", "same-data"], default="none")
+    args = parser.parse_args()
+
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
     model = DDP(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    gen = torch.Generator().manual_seed(100 + rank)
+    gen = torch.Generator().manual_seed(100 + args.seed)
+    batch = 8
+    data = TensorDataset(torch.randn(args.steps * batch * 2, 8, generator=gen),
+                         torch.randn(args.steps * batch * 2, 2, generator=gen))
+    sampler = None if args.bug == "same-data" else DistributedSampler(data, shuffle=True, seed=args.seed)
+    loader = DataLoader(data, batch_size=batch, sampler=sampler)
     losses = []
-    for _ in range(4):
-        x = torch.randn(16, 8, generator=gen)
-        y = torch.randn(16, 2, generator=gen)
+    for step, (x, y) in enumerate(loader):
+        if step == args.steps:
+            break
         optimizer.zero_grad()
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()

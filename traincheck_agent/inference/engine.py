@@ -20,6 +20,7 @@ from traincheck_agent.inference.relations import (
     api_sequence,
     context_argument,
     cross_rank,
+    cross_rank_values,
     distinct_argument,
     event_contain,
     input_output,
@@ -31,7 +32,8 @@ from traincheck_agent.inference.relations import (
 from traincheck_agent.trace.reader import find_trace_files, reading_session
 
 RELATIONS = (state_transition, cross_rank, output_dtype, distinct_argument, context_argument, api_sequence,
-             threshold, periodic_change, event_contain, input_output)
+             threshold, periodic_change, event_contain, input_output,
+             cross_rank_values)
 
 
 # Called with (bytes read so far, bytes to read in all, the relation reading).

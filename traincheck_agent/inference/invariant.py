@@ -30,6 +30,7 @@ ID_PREFIXES = {
     "VarPeriodicChange": "vp",
     "EventContain": "ec",
     "ConsistentInputOutput": "io",
+    "CrossRankValue": "cv",
 }
 
 

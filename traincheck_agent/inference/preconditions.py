@@ -32,7 +32,12 @@ class FeatureExample:
 
 
 CONSTANT, EXIST, NOT, ONE_OF = "CONSTANT", "EXIST", "NOT", "ONE_OF"
-KINDS = (CONSTANT, EXIST, NOT, ONE_OF)  # also the tie-break order: the plainest clause first
+CONSISTENT, UNEQUAL = "CONSISTENT", "UNEQUAL"
+# Also the tie-break order: the plainest clause first.
+KINDS = (CONSTANT, EXIST, CONSISTENT, UNEQUAL, NOT, ONE_OF)
+# Features of examples made of several parties (ranks) hold one value per party, as a tuple,
+# under a name with this prefix; only CONSISTENT and UNEQUAL clauses are made from them.
+PARTIES = "parties."
 MAX_ONE_OF = 3  # a disjunction of more values than this explains nothing
 
 
@@ -43,6 +48,8 @@ class Clause:
     ``CONSTANT``: ``field`` equals ``value``. ``EXIST``: ``field`` is present and not None (e.g.
     inside some autocast context). ``NOT``: ``field`` is anything but ``value`` (``except in
     eval``). ``ONE_OF``: ``field`` is one of the values in the tuple ``value`` (a disjunction).
+    On a per-party field (``parties.<name>``, one value per rank): ``CONSISTENT``, every party
+    has the same value; ``UNEQUAL``, no two parties share a value (``value`` is None for both).
     """
 
     field: str
@@ -57,6 +64,11 @@ class Clause:
             return got is not _MISSING and got is not None
         if self.kind == NOT:
             return got != self.value
+        if self.kind in (CONSISTENT, UNEQUAL):
+            if not isinstance(got, (tuple, list)) or not got:
+                return False
+            distinct = len(set(got))
+            return distinct == 1 if self.kind == CONSISTENT else distinct == len(got)
         return got in self.value
 
     def sort_key(self) -> tuple[str, int, str]:
@@ -81,6 +93,10 @@ class Clause:
     def text(self) -> str:
         if self.kind == EXIST:
             return f"{self.field} is set"
+        if self.kind == CONSISTENT:
+            return f"{self.field.removeprefix(PARTIES)} is the same on every rank"
+        if self.kind == UNEQUAL:
+            return f"{self.field.removeprefix(PARTIES)} differs between ranks"
         if self.kind == NOT:
             return f"{self.field} != {self.value}"
         if self.kind == ONE_OF:
@@ -118,6 +134,12 @@ def _candidates(passing: Sequence[dict[str, Any]], failing: Sequence[dict[str, A
     names = sorted({n for f in passing for n in f}, key=lambda n: (rank.get(n, len(rank)), n))
     by_kind: dict[str, list[Clause]] = {kind: [] for kind in KINDS}
     for name in names:
+        if name.startswith(PARTIES):
+            for kind in (CONSISTENT, UNEQUAL):
+                clause = Clause(name, None, kind)
+                if all(clause.holds(f) for f in passing):
+                    by_kind[kind].append(clause)
+            continue
         values = [f.get(name, _MISSING) for f in passing]
         if any(v is _MISSING or not _hashable(v) for v in values):
             continue

@@ -19,6 +19,7 @@ from typing import Any
 from traincheck_agent.inference.examples import DESCRIPTIVE_ATTRS, TENSOR_ATTRS
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
+    PARTIES,
     FeatureExample,
     deduce,
     holds_all,
@@ -64,19 +65,31 @@ def collect(paths: Iterable[str | Path]) -> dict[tuple[str, str], list[RankExamp
                 [("vtype", record.get("vtype")), ("phase", record.get("phase"))]
                 + [(name, attrs[name]) for name in DESCRIPTIVE_ATTRS if name in attrs]
             ))
+            shape = attrs.get("shape")
+            party = (*features, ("shape", tuple(shape) if isinstance(shape, list) else None))
             for attribute in TENSOR_ATTRS:
                 value = attrs.get(attribute)
                 if isinstance(value, dict):
-                    seen[(run, *base, occurrence, attribute)][rank] = (value.get("h"), features)
+                    seen[(run, *base, occurrence, attribute)][rank] = (value.get("h"), party)
     groups: dict[tuple[str, str], list[RankExample]] = defaultdict(list)
     for (_, where, var, step, _, attribute), by_rank in seen.items():
         if len(by_rank) < 2:
             continue
         hashes = {h for h, _ in by_rank.values()}
-        features = next(iter(by_rank.values()))[1]
         groups[(str(where), attribute)].append(RankExample(
-            str(where), attribute, str(var), int(step), tuple(sorted(by_rank)), len(hashes) == 1, features))
+            str(where), attribute, str(var), int(step), tuple(sorted(by_rank)), len(hashes) == 1,
+            _example_features([by_rank[r][1] for r in sorted(by_rank)])))
     return groups
+
+
+def _example_features(per_rank: list[tuple[tuple[str, Any], ...]]) -> tuple[tuple[str, Any], ...]:
+    """The lowest rank's features, plus each feature's values on all ranks (``parties.<name>``)
+    for CONSISTENT / UNEQUAL clauses, e.g. "the shape is the same on every rank"."""
+    maps = [dict(f) for f in per_rank]
+    out = {k: v for k, v in maps[0].items() if k != "shape"}
+    for name in sorted(set().union(*maps)):
+        out[PARTIES + name] = tuple(m.get(name) for m in maps)
+    return tuple(sorted(out.items()))
 
 
 def infer(groups: dict[tuple[str, str], list[RankExample]], sources: tuple[str, ...]) -> list[Invariant]:

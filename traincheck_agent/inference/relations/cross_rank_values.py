@@ -1,0 +1,141 @@
+"""CrossRankValue: the tensors an API call receives or returns are distinct on every rank, or
+equal on every rank, at the same call of the same step. Data-parallel ranks must load different
+batches (a missing ``DistributedSampler`` makes them train on the same data, silently); the
+result of a broadcast or all-reduce must be the same everywhere.
+
+Only tensors whose fingerprints are recorded count (policy level ``fingerprint``, e.g. the
+default policy's DataLoader batches). Calls are matched across ranks by (run, API, step,
+occurrence of the API within the step), and each fingerprinted position (``ret.items[0]``,
+``args.tensor``) is one example with one hash per rank. This is the cross-rank form of
+DistinctArgument and of Consistent for call values; its per-rank features
+(``parties.<name>``) admit CONSISTENT / UNEQUAL clauses.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from traincheck_agent.inference.invariant import Invariant
+from traincheck_agent.inference.preconditions import (
+    PARTIES,
+    FeatureExample,
+    deduce,
+    holds_all,
+    with_condition,
+)
+from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.trace.schema import KIND_CALL
+
+RELATION = "CrossRankValue"
+MIN_PASSING = 5
+MIN_STEPS = 2
+MAX_DEPTH = 3
+FORMS = {"distinct": "differs on every rank", "equal": "is equal on every rank"}
+
+
+@dataclass(frozen=True)
+class ValueExample(FeatureExample):
+    api: str
+    position: str
+    step: int
+    ranks: tuple[int, ...]
+    hashes: tuple[str, ...]
+    features: tuple[tuple[str, Any], ...]
+
+    def holds(self, form: str) -> bool:
+        distinct = len(set(self.hashes))
+        return distinct == len(self.hashes) if form == "distinct" else distinct == 1
+
+
+def _fingerprints(desc: Any, position: str, depth: int = 0) -> Iterator[tuple[str, str]]:
+    """(position, hash) of every fingerprinted tensor in a descriptor."""
+    if not isinstance(desc, dict) or depth > MAX_DEPTH:
+        return
+    fp = desc.get("fp")
+    if isinstance(fp, dict) and isinstance(fp.get("h"), str):
+        yield position, fp["h"]
+    items = desc.get("items")
+    if isinstance(items, list):
+        for i, item in enumerate(items):
+            yield from _fingerprints(item, f"{position}.items[{i}]", depth + 1)
+
+
+def _positions(record: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    for name, desc in (record.get("args") or {}).items():
+        yield from _fingerprints(desc, f"args.{name}")
+    yield from _fingerprints(record.get("ret"), "ret")
+
+
+def collect(paths: Iterable[str | Path]) -> dict[tuple[str, str], list[ValueExample]]:
+    # (run, api, step, occurrence, position) -> rank -> (hash, phase)
+    seen: dict[tuple, dict[int, tuple[str, Any]]] = defaultdict(dict)
+    for path in find_trace_files(paths):
+        trace = TraceFile(path)
+        run, rank = str(trace.header.get("run_id")), int(trace.header.get("rank", 0))
+        occurrences: dict[tuple[str, int], int] = defaultdict(int)
+        for record in trace.records():
+            if record.get("kind") != KIND_CALL or record.get("exc"):
+                continue
+            positions = list(_positions(record))
+            if not positions:
+                continue
+            call = (str(record.get("api")), int(record.get("step", -1)))
+            occurrence = occurrences[call]
+            occurrences[call] += 1
+            for position, digest in positions:
+                seen[(run, *call, occurrence, position)][rank] = (digest, record.get("phase"))
+    groups: dict[tuple[str, str], list[ValueExample]] = defaultdict(list)
+    for (_, api, step, _, position), by_rank in sorted(seen.items(), key=lambda kv: repr(kv[0])):
+        if len(by_rank) < 2:
+            continue
+        ranks = tuple(sorted(by_rank))
+        phases = tuple(by_rank[r][1] for r in ranks)
+        features = (("phase", phases[0]), (PARTIES + "phase", phases))
+        groups[(api, position)].append(ValueExample(api, position, step, ranks,
+                                                    tuple(by_rank[r][0] for r in ranks), features))
+    return groups
+
+
+def infer(groups: dict[tuple[str, str], list[ValueExample]], sources: tuple[str, ...]) -> list[Invariant]:
+    invariants = []
+    for (api, position), group in sorted(groups.items()):
+        for form, phrase in FORMS.items():
+            passing = [e for e in group if e.holds(form)]
+            if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
+                continue
+            precondition = deduce([e.feature_map() for e in passing],
+                                  [e.feature_map() for e in group if not e.holds(form)])
+            if precondition is None:
+                continue
+            invariants.append(Invariant(
+                relation=RELATION,
+                subject={"api": api, "position": position, "form": form},
+                precondition=tuple(precondition),
+                support={"passing": len(passing), "excluded": len(group) - len(passing),
+                         "steps": len({e.step for e in passing}),
+                         "ranks": max(len(e.ranks) for e in passing)},
+                description=with_condition(f"the {position} of {api} {phrase} at the same call", precondition),
+                sources=sources,
+            ))
+    return invariants
+
+
+def check(invariant: Invariant, groups: dict[tuple[str, str], list[ValueExample]]) -> list[ValueExample]:
+    s = invariant.subject
+    return [e for e in groups.get((s["api"], s["position"]), [])
+            if not e.holds(s["form"]) and holds_all(invariant.precondition, e.feature_map())]
+
+
+def violation(invariant: Invariant, ex: ValueExample) -> dict[str, Any]:
+    by_hash: dict[str, list[int]] = defaultdict(list)
+    for rank, digest in zip(ex.ranks, ex.hashes, strict=True):
+        by_hash[digest].append(rank)
+    same = [ranks for ranks in by_hash.values() if len(ranks) > 1]
+    what = (f"ranks {same[0]} got the same value" if invariant.subject["form"] == "distinct" and same
+            else f"the ranks hold {len(by_hash)} different values")
+    return {"step": ex.step, "api": ex.api, "variable": ex.position, "ranks": list(ex.ranks),
+            "message": f"{invariant.description}: {what} at step {ex.step}"}
