@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import PIPELINES, agent_env, run_python
 
+from traincheck_agent.inference import stream
 from traincheck_agent.inference.engine import check_offline, infer_invariants
 from traincheck_agent.inference.invariant import (
     InvariantFileError,
@@ -135,7 +136,7 @@ def test_inference_progress_bar(runs, tmp_path):
         return proc.stderr
 
     shown = infer("--progress").split()  # text mode reads the bar's carriage returns as newlines
-    assert "[" + "#" * 30 + "]" in shown and shown[-2:] == ["100%", "done"]
+    assert "[" + "#" * 30 + "]" in shown and shown[-3:] == ["100%", "reading", "traces"]
     assert infer() == ""  # not a terminal, not asked for
 
 
@@ -362,7 +363,7 @@ def test_a_layer_that_mixes_up_the_batch_dimension_is_caught():
     [inv] = input_output.infer(reference, ())
     assert inv.subject == {"api": "m.Layer.forward", "dim": 0} and inv.id.startswith("io-")
     assert "ret.shape[0] == args[0].shape[0]" in inv.description
-    [bad] = input_output.check(inv, {"m.Layer.forward": [call(16, 16, 0), call(16, 8, 1)]})
+    [bad] = stream.check(input_output, inv, {"m.Layer.forward": [call(16, 16, 0), call(16, 8, 1)]})
     assert bad.step == 1 and "dim 0: 8 vs 16" in input_output.violation(inv, bad)["message"]
     constant = {"m.Layer.forward": [call(32, 32, s) for s in range(6)]}
     assert input_output.infer(constant, ()) == []  # one batch size: nothing learned about it

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import PIPELINES, agent_env, read_traces, run_python
 
+from traincheck_agent.inference import stream
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.relations import periodic_change as pc
 
@@ -64,7 +65,7 @@ def runs(tmp_path_factory) -> dict[str, Run]:
 
 def _infer(runs: dict[str, Run], *names: str, constants: bool = False) -> list[Invariant]:
     """The periodic invariants of the named runs, or with ``constants`` only the constant ones."""
-    found = pc.infer(pc.collect([runs[n].path for n in names]), ())
+    found = pc.infer(stream.collect(pc, [runs[n].path for n in names]), ())
     return [i for i in found if (i.subject["period"] == pc.CONSTANT) == constants]
 
 
@@ -74,7 +75,7 @@ def _only(invariants: list[Invariant]) -> Invariant:
 
 
 def _violations(invariant: Invariant, run: Run) -> list[dict]:
-    found = pc.check(invariant, pc.collect([run.path]))
+    found = stream.check(pc, invariant, stream.collect(pc, [run.path]))
     return sorted((pc.violation(invariant, e) for e in found), key=lambda v: v["step"])
 
 

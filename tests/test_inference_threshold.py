@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from conftest import PIPELINES, agent_env, run_python
 
+from traincheck_agent.inference import stream
 from traincheck_agent.inference.relations import threshold
 from traincheck_agent.inference.relations.threshold import CallExample
 from traincheck_agent.trace.reader import find_trace_files
@@ -50,7 +51,7 @@ def runs(tmp_path_factory) -> dict[str, tuple[Path, dict[str, Any]]]:
 
 def _infer(*dirs: Path):
     files = find_trace_files(dirs)
-    return threshold.infer(threshold.collect(files), tuple(sorted(f.name for f in files)))
+    return threshold.infer(stream.collect(threshold, files), tuple(sorted(f.name for f in files)))
 
 
 @pytest.fixture(scope="module")
@@ -84,15 +85,15 @@ def test_inference_is_deterministic(runs, learned):
 def test_a_clean_variant_with_other_limits_violates_nothing(runs, learned):
     out, report = runs["clean"]
     assert max(g.get("max_new_tokens", 0) for g in report["generations"]) > 8  # beyond the references
-    examples = threshold.collect([out])
+    examples = stream.collect(threshold, [out])
     assert len(examples[API]) == len(report["generations"])
-    assert [e for inv in learned for e in threshold.check(inv, examples)] == []
+    assert [e for inv in learned for e in stream.check(threshold, inv, examples)] == []
 
 
 def test_the_overshooting_loop_is_caught_at_its_steps(runs, learned):
     out, report = runs["overshoot"]
-    examples = threshold.collect([out])
-    found = sorted(((e.step, inv, e) for inv in learned for e in threshold.check(inv, examples)),
+    examples = stream.collect(threshold, [out])
+    found = sorted(((e.step, inv, e) for inv in learned for e in stream.check(threshold, inv, examples)),
                    key=lambda item: (item[0], item[1].id))
     over = [g for g in report["generations"] if g["over_limit"]]
     assert over and [step for step, _, _ in found] == sorted(g["step"] for g in over)
@@ -132,7 +133,7 @@ def test_a_strict_bound_is_found_for_integers():
     group = [_example(v, b) for v, b in [(3, 4), (2, 4), (7, 8), (5, 8), (0, 16), (15, 16)]]
     (inv,) = threshold.infer({"sample": group}, ("t.jsonl",))
     assert _key(inv) == ("ret", "<", "vocab_size") and inv.support["attained"] == 3
-    assert threshold.check(inv, {"sample": [_example(8, 8, step=5)]})[0].step == 5
+    assert stream.check(threshold, inv, {"sample": [_example(8, 8, step=5)]})[0].step == 5
 
 
 def test_a_bound_never_reached_is_not_emitted():
@@ -155,4 +156,4 @@ def test_a_precondition_separates_the_calls_that_ignore_the_bound():
     (inv,) = threshold.infer({"sample": group}, ())
     assert [c.text() for c in inv.precondition] == ["arg.clamp = True"]
     assert inv.description.endswith("<= its argument vocab_size, when arg.clamp = True")
-    assert threshold.check(inv, {"sample": group}) == []
+    assert stream.check(threshold, inv, {"sample": group}) == []

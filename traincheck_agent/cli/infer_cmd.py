@@ -46,7 +46,7 @@ def run_infer(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     bar = ProgressBar("inferring", enabled=args.progress)
     try:
-        invariants, files = infer_invariants(args.paths, bar.update)
+        invariants, files = infer_invariants(args.paths, lambda done, total: bar.update(done, total, "reading traces"))
     except (FileNotFoundError, TraceFormatError) as exc:
         return fail(str(exc))
     finally:

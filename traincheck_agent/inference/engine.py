@@ -1,11 +1,9 @@
 """Run every relation over a set of traces, and check invariants offline.
 
-Each relation module has the same shape: ``RELATION`` (its name), ``collect(files)`` (its
-examples, streamed from the traces), ``infer(examples, sources)`` (hypothesise, split passing
-from failing, deduce preconditions), ``check(invariant, examples)`` (the failing examples) and
-``violation(invariant, example)`` (one violation record). Examples of all the given traces are
-merged before any hypothesis is judged, so an invariant that one clean reference breaks is not
-emitted.
+Every relation module implements the streaming interface of ``inference.stream``; each trace
+is read once, its records fed to every relation's collector. Examples of all the given traces
+are merged before any hypothesis is judged, so an invariant that one clean reference breaks is
+not emitted.
 """
 
 from __future__ import annotations
@@ -29,6 +27,7 @@ from traincheck_agent.inference.relations import (
     state_transition,
     threshold,
 )
+from traincheck_agent.inference.stream import check, collect_all
 from traincheck_agent.trace.reader import find_trace_files, reading_session
 
 RELATIONS = (state_transition, cross_rank, output_dtype, distinct_argument, context_argument, api_sequence,
@@ -36,27 +35,26 @@ RELATIONS = (state_transition, cross_rank, output_dtype, distinct_argument, cont
              cross_rank_values)
 
 
-# Called with (bytes read so far, bytes to read in all, the relation reading).
-Progress = Callable[[int, int, str], None]
+# Called with (bytes read so far, bytes to read in all).
+Progress = Callable[[int, int], None]
 
 
 @contextmanager
-def _passes(files: list[Path], relations: int, progress: Progress | None) -> Iterator[list[str]]:
-    """A reading session over ``relations`` passes of ``files``; the yielded list holds the
-    name of the relation reading, for the progress report."""
-    total = sum(p.stat().st_size for p in files) * relations
-    done, current = 0, [""]
+def _reading(files: list[Path], progress: Progress | None) -> Iterator[None]:
+    """A reading session over ``files`` that reports its progress."""
+    total = sum(p.stat().st_size for p in files)
+    done = 0
 
     def read(nbytes: int) -> None:
         nonlocal done
         done += nbytes
         if progress is not None:
-            progress(done, total, current[0])
+            progress(done, total)
 
     with reading_session(read):
-        yield current
+        yield
     if progress is not None:
-        progress(total, total, "done")
+        progress(total, total)
 
 
 def infer_invariants(paths: Iterable[str | Path], progress: Progress | None = None
@@ -64,11 +62,11 @@ def infer_invariants(paths: Iterable[str | Path], progress: Progress | None = No
     """The invariants that hold in every trace under ``paths``, and the trace files read."""
     files = find_trace_files(paths)
     sources = tuple(sorted(p.name for p in files))
+    with _reading(files, progress):
+        examples = collect_all(RELATIONS, files)
     invariants: list[Invariant] = []
-    with _passes(files, len(RELATIONS), progress) as current:
-        for relation in RELATIONS:
-            current[0] = relation.RELATION
-            invariants += relation.infer(relation.collect(files), sources)
+    for relation in RELATIONS:
+        invariants += relation.infer(examples[relation.RELATION], sources)
     return sorted(invariants, key=lambda i: i.id), files
 
 
@@ -79,14 +77,12 @@ def check_offline(invariants: Iterable[Invariant], paths: Iterable[str | Path],
     by_relation: dict[str, list[Invariant]] = {}
     for inv in invariants:
         by_relation.setdefault(inv.relation, []).append(inv)
+    wanted = [r for r in RELATIONS if r.RELATION in by_relation]
+    with _reading(files, progress):
+        examples = collect_all(wanted, files)
     violations: list[dict[str, Any]] = []
-    wanted_relations = [r for r in RELATIONS if r.RELATION in by_relation]
-    with _passes(files, len(wanted_relations), progress) as current:
-        for relation in wanted_relations:
-            current[0] = relation.RELATION
-            examples = relation.collect(files)
-            for inv in by_relation[relation.RELATION]:
-                for example in relation.check(inv, examples):
-                    violations.append({"invariant": inv.id, "relation": inv.relation,
-                                       **relation.violation(inv, example)})
+    for relation in wanted:
+        for inv in by_relation[relation.RELATION]:
+            for example in check(relation, inv, examples[relation.RELATION]):
+                violations.append({"invariant": inv.id, "relation": inv.relation, **relation.violation(inv, example)})
     return sorted(violations, key=lambda v: (v["step"], v["invariant"], v.get("variable", "")))

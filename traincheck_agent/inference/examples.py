@@ -7,13 +7,11 @@ streamed: only the pending ``before`` half of each pair is held until its ``afte
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from traincheck_agent.inference.preconditions import FeatureExample
-from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.inference.stream import Collector, TraceSource
 from traincheck_agent.trace.schema import KIND_STATE
 
 # Attributes whose values are fingerprints (or None).
@@ -65,25 +63,6 @@ class TransitionExample(FeatureExample):
         return self.before_hash != self.after_hash
 
 
-@dataclass
-class TraceSource:
-    path: str
-    run_id: str
-    rank: int
-    examples: int = 0
-
-
-@dataclass
-class ExampleSet:
-    """Examples grouped by (event, attribute), and the traces they came from."""
-
-    groups: dict[tuple[str, str], list[TransitionExample]] = field(default_factory=dict)
-    sources: list[TraceSource] = field(default_factory=list)
-
-    def add(self, example: TransitionExample) -> None:
-        self.groups.setdefault((example.event, example.attribute), []).append(example)
-
-
 def _features(record: dict[str, Any], before: dict[str, Any], first_in_step: bool) -> tuple[tuple[str, Any], ...]:
     attrs = record.get("attrs", {})
     out: dict[str, Any] = {
@@ -114,31 +93,38 @@ def update_negligible(attrs: dict[str, Any]) -> bool:
     return g < NEGLIGIBLE_EPSILONS * eps * d
 
 
-def transitions_in(trace: TraceFile, label: str) -> Iterator[TransitionExample]:
-    pending: dict[tuple[Any, str, str], dict[str, Any]] = {}
-    seen_in_step: set[tuple[str, str, int]] = set()
-    for record in trace.records():
+class TransitionCollector(Collector):
+    """Pairs each ``after:<event>`` snapshot with the ``before`` one of the same call and
+    variable; only the pending ``before`` halves are held."""
+
+    def __init__(self, source: TraceSource) -> None:
+        super().__init__(source)
+        self.pending: dict[tuple[Any, str, str], dict[str, Any]] = {}
+        self.seen_in_step: set[tuple[str, str, int]] = set()
+
+    def feed(self, record: dict[str, Any]) -> list[TransitionExample]:
         if record.get("kind") != KIND_STATE or record.get("call") is None:
-            continue
+            return []
         when, _, event = str(record.get("where", "")).partition(":")
         key = (record["call"], event, record.get("var"))
         attrs = record.get("attrs", {})
         if when == "before":
-            pending[key] = attrs
-            continue
-        before = pending.pop(key, None)
+            self.pending[key] = attrs
+            return []
+        before = self.pending.pop(key, None)
         if when != "after" or before is None:
-            continue
+            return []
         occurrence = (event, str(record.get("var")), record.get("step", -1))
-        first_in_step = occurrence not in seen_in_step
-        seen_in_step.add(occurrence)
+        first_in_step = occurrence not in self.seen_in_step
+        self.seen_in_step.add(occurrence)
         features = _features(record, before, first_in_step)
         negligible = update_negligible(before)
+        out = []
         for attribute in TENSOR_ATTRS:
             if attribute not in attrs or attribute not in before:
                 continue
             b, a = before[attribute], attrs[attribute]
-            yield TransitionExample(
+            out.append(TransitionExample(
                 event=event,
                 attribute=attribute,
                 before_hash=None if b is None else b.get("h"),
@@ -146,21 +132,9 @@ def transitions_in(trace: TraceFile, label: str) -> Iterator[TransitionExample]:
                 before_class=value_class(b),
                 after_class=value_class(a),
                 features=features,
-                trace=label,
+                trace=self.source.label,
                 step=record.get("step", -1),
                 var=str(record.get("var")),
                 update_negligible=negligible,
-            )
-
-
-def collect_examples(paths: Iterable[str | Path]) -> ExampleSet:
-    out = ExampleSet()
-    for path in find_trace_files(paths):
-        trace = TraceFile(path)
-        header = trace.header
-        source = TraceSource(str(path), str(header.get("run_id")), int(header.get("rank", 0)))
-        for example in transitions_in(trace, path.name):
-            out.add(example)
-            source.examples += 1
-        out.sources.append(source)
-    return out
+            ))
+        return out

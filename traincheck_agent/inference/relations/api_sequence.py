@@ -20,14 +20,12 @@ precondition to deduce (the first interval and the receiver already scope the ex
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.inference.stream import Collector as StreamCollector
+from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "APISequence"
@@ -46,20 +44,17 @@ class Interval:
 
 
 @dataclass(frozen=True)
-class FirstCalls:
-    """When a flagged API was first called with each value of the flag, for one receiver."""
+class FirstSighting:
+    """The first call of ``api`` with ``flag = value`` on one receiver, and whether the flag's
+    other value had been seen on that receiver before it."""
 
     trace: str
     api: str
     flag: str
     receiver: str
-    first: dict[bool, tuple[int, int]]  # value -> (start time ns, step)
-
-
-@dataclass
-class SequenceExamples:
-    intervals: list[Interval] = field(default_factory=list)
-    first_calls: list[FirstCalls] = field(default_factory=list)
+    value: bool
+    other_seen_before: bool
+    step: int
 
 
 def _receiver(args: dict[str, Any]) -> str:
@@ -70,114 +65,109 @@ def _receiver(args: dict[str, Any]) -> str:
     return ""
 
 
-def _intervals(trace: str, by_step: dict[int, set[str]], last_api: dict[int, str]) -> list[Interval]:
-    steps = sorted(s for s in by_step if s >= 0)
-    # The interval of step s is complete when a later step was seen: its last call advanced it.
-    complete = [s for s in steps if s + 1 in by_step]
-    return [Interval(trace, s, last_api[s], frozenset(by_step[s])) for s in complete]
+class Collector(StreamCollector):
+    """Intervals complete when the first outermost call of the next step arrives; the first
+    interval of the trace is not an example (before the first step nothing had to be undone).
+    Flag sightings are examples the moment they happen."""
+
+    def __init__(self, source: TraceSource) -> None:
+        super().__init__(source)
+        self.step: int | None = None
+        self.apis: set[str] = set()
+        self.last_api = ""
+        self.first_interval = True
+        self.seen: set[tuple[str, str, str, bool]] = set()
+
+    def feed(self, record: dict[str, Any]) -> list[Interval | FirstSighting]:
+        if record.get("kind") != KIND_CALL:
+            return []
+        api, step = str(record.get("api")), int(record.get("step", -1))
+        out: list[Interval | FirstSighting] = []
+        args = record.get("args") or {}
+        for name, value in args.items():
+            if isinstance(value, bool):
+                key = (api, name, _receiver(args))
+                if (*key, value) not in self.seen:
+                    self.seen.add((*key, value))
+                    out.append(FirstSighting(self.source.label, api, name, key[2], value,
+                                             (*key, not value) in self.seen, step))
+        if record.get("parent") is None and step >= 0:
+            if self.step is not None and step == self.step + 1:
+                if not self.first_interval:
+                    out.append(Interval(self.source.label, self.step, self.last_api, frozenset(self.apis)))
+                self.first_interval = False
+            if step != self.step:
+                self.step, self.apis = step, set()
+            self.apis.add(api)
+            self.last_api = api
+        return out
 
 
-def collect(paths: Iterable[str | Path]) -> SequenceExamples:
-    out = SequenceExamples()
-    for path in find_trace_files(paths):
-        by_step: dict[int, set[str]] = defaultdict(set)
-        last_api: dict[int, str] = {}
-        first: dict[tuple[str, str, str], dict[bool, tuple[int, int]]] = defaultdict(dict)
-        for record in TraceFile(path).records():
-            if record.get("kind") != KIND_CALL:
-                continue
-            api, step = str(record.get("api")), int(record.get("step", -1))
-            args = record.get("args") or {}
-            t0 = int(record.get("t0_ns", 0))
-            for name, value in args.items():
-                if isinstance(value, bool):
-                    seen = first[(api, name, _receiver(args))]
-                    if value not in seen or t0 < seen[value][0]:
-                        seen[value] = (t0, step)
-            if record.get("parent") is None:
-                by_step[step].add(api)
-                last_api[step] = api
-        out.intervals += _intervals(path.name, by_step, last_api)
-        out.first_calls += [FirstCalls(path.name, api, flag, receiver, values)
-                            for (api, flag, receiver), values in first.items()]
-    return out
+def key_of(example: Interval | FirstSighting) -> tuple[str, ...]:
+    if isinstance(example, Interval):
+        return ("covers", example.step_api)
+    return ("leads", example.api, example.flag)
 
 
-def _later_intervals(intervals: list[Interval]) -> list[Interval]:
-    """Every interval but the first of its trace."""
-    first_step: dict[str, int] = {}
-    for interval in intervals:
-        first_step[interval.trace] = min(first_step.get(interval.trace, interval.step), interval.step)
-    return [i for i in intervals if i.step != first_step[i.trace]]
+def invariant_key(invariant: Invariant) -> tuple[str, ...]:
+    s = invariant.subject
+    return ("covers", s["between"]) if s["form"] == "covers" else ("leads", s["api"], s["flag"])
 
 
-def _infer_covers(examples: SequenceExamples, sources: tuple[str, ...]) -> list[Invariant]:
-    by_step_api: dict[str, list[Interval]] = defaultdict(list)
-    for interval in _later_intervals(examples.intervals):
-        by_step_api[interval.step_api].append(interval)
+def _infer_covers(step_api: str, intervals: list[Interval], sources: tuple[str, ...]) -> list[Invariant]:
+    if len(intervals) < MIN_INTERVALS:
+        return []
+    common = frozenset.intersection(*(i.apis for i in intervals)) - {step_api}
+    return [Invariant(
+        relation=RELATION,
+        subject={"form": "covers", "api": api, "between": step_api},
+        precondition=(),
+        support={"passing": len(intervals), "traces": len({i.trace for i in intervals})},
+        description=f"{api} is called between two consecutive {step_api} calls",
+        sources=sources,
+    ) for api in sorted(common)]
+
+
+def _infer_leads(api: str, flag: str, sightings: list[FirstSighting], sources: tuple[str, ...]) -> list[Invariant]:
     invariants = []
-    for step_api, intervals in sorted(by_step_api.items()):
-        if len(intervals) < MIN_INTERVALS:
+    for value in (True, False):
+        later = [s for s in sightings if s.value is not value]  # first sightings of the other value
+        if len(later) < MIN_LEADS or not all(s.other_seen_before for s in later):
             continue
-        common = frozenset.intersection(*(i.apis for i in intervals)) - {step_api}
-        for api in sorted(common):
-            invariants.append(Invariant(
-                relation=RELATION,
-                subject={"form": "covers", "api": api, "between": step_api},
-                precondition=(),
-                support={"passing": len(intervals), "traces": len({i.trace for i in intervals})},
-                description=f"{api} is called between two consecutive {step_api} calls",
-                sources=sources,
-            ))
+        invariants.append(Invariant(
+            relation=RELATION,
+            subject={"form": "leads", "api": api, "flag": flag, "first": value},
+            precondition=(),
+            support={"passing": len(later), "traces": len({s.trace for s in later})},
+            description=f"{api} is first called with {flag}={value} before any call with {flag}={not value}",
+            sources=sources,
+        ))
     return invariants
 
 
-def _infer_leads(examples: SequenceExamples, sources: tuple[str, ...]) -> list[Invariant]:
-    groups: dict[tuple[str, str], list[FirstCalls]] = defaultdict(list)
-    for fc in examples.first_calls:
-        groups[(fc.api, fc.flag)].append(fc)
-    invariants = []
-    for (api, flag), calls in sorted(groups.items()):
-        for value in (True, False):
-            relevant = [fc for fc in calls if (not value) in fc.first]
-            if len(relevant) < MIN_LEADS:
-                continue
-            if not all(value in fc.first and fc.first[value][0] < fc.first[not value][0] for fc in relevant):
-                continue
-            invariants.append(Invariant(
-                relation=RELATION,
-                subject={"form": "leads", "api": api, "flag": flag, "first": value},
-                precondition=(),
-                support={"passing": len(relevant), "traces": len({fc.trace for fc in relevant})},
-                description=f"{api} is first called with {flag}={value} before any call with {flag}={not value}",
-                sources=sources,
-            ))
+def infer(groups: dict[tuple[str, ...], list[Any]], sources: tuple[str, ...]) -> list[Invariant]:
+    invariants: list[Invariant] = []
+    for key, group in sorted(groups.items()):
+        if key[0] == "covers":
+            invariants += _infer_covers(key[1], group, sources)
+        else:
+            invariants += _infer_leads(key[1], key[2], group, sources)
     return invariants
 
 
-def infer(examples: SequenceExamples, sources: tuple[str, ...]) -> list[Invariant]:
-    return _infer_covers(examples, sources) + _infer_leads(examples, sources)
+def violates(invariant: Invariant, ex: Interval | FirstSighting) -> bool:
+    s = invariant.subject
+    if isinstance(ex, Interval):
+        return s["api"] not in ex.apis
+    return ex.value is not s["first"] and not ex.other_seen_before
 
 
-def check(invariant: Invariant, examples: SequenceExamples) -> list[Interval | FirstCalls]:
-    subject = invariant.subject
-    if subject.get("form") == "covers":
-        return [i for i in _later_intervals(examples.intervals)
-                if i.step_api == subject["between"] and subject["api"] not in i.apis]
-    value = subject["first"]
-    return [fc for fc in examples.first_calls
-            if fc.api == subject["api"] and fc.flag == subject["flag"] and (not value) in fc.first
-            and not (value in fc.first and fc.first[value][0] < fc.first[not value][0])]
-
-
-def violation(invariant: Invariant, ex: Interval | FirstCalls) -> dict[str, Any]:
+def violation(invariant: Invariant, ex: Interval | FirstSighting) -> dict[str, Any]:
     if isinstance(ex, Interval):
         return {"step": ex.step, "api": invariant.subject["api"], "variable": "", "trace": ex.trace,
                 "message": f"{invariant.description}: no {invariant.subject['api']} call before "
                            f"the {ex.step_api} call of step {ex.step}"}
-    value = invariant.subject["first"]
-    step = ex.first[not value][1]
     where = f" on {ex.receiver}" if ex.receiver else ""
-    return {"step": step, "api": ex.api, "variable": ex.receiver, "trace": ex.trace,
-            "message": f"{invariant.description}: called with {ex.flag}={not value}{where} at step {step} "
-                       f"before any call with {ex.flag}={value}"}
+    return {"step": ex.step, "api": ex.api, "variable": ex.receiver, "trace": ex.trace,
+            "message": f"{invariant.description}: called with {ex.flag}={ex.value}{where} at step {ex.step} "
+                       f"before any call with {ex.flag}={not ex.value}"}

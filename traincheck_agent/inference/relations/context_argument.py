@@ -13,9 +13,7 @@ run with grad enabled, or a frozen teacher in train mode under no_grad, keeps th
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from traincheck_agent.inference.invariant import Invariant
@@ -25,7 +23,8 @@ from traincheck_agent.inference.preconditions import (
     holds_all,
     with_condition,
 )
-from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.inference.stream import Collector as StreamCollector
+from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "ContextArgument"
@@ -56,46 +55,61 @@ def _module_flag(record: dict[str, Any]) -> bool | None:
     return None
 
 
-def _flag_calls(path: Path) -> Iterator[tuple[dict[str, Any], list[tuple[str, bool]], Any]]:
-    """(record, its boolean arguments, training flag of the enclosing module) for every call
-    with boolean arguments. A call is recorded when it returns, so before its caller: a call
-    waits, with its pending descendants, until an enclosing module call resolves it."""
-    waiting: dict[Any, list[tuple[dict[str, Any], list[tuple[str, bool]]]]] = defaultdict(list)
-    for record in TraceFile(path).records():
+Waiting = list[tuple[dict[str, Any], list[tuple[str, bool]]]]
+
+
+class Collector(StreamCollector):
+    """Calls with boolean arguments, each with the training flag of its enclosing module. A
+    call is recorded when it returns, so before its caller: it waits, with its pending
+    descendants, until an enclosing module call resolves it."""
+
+    def __init__(self, source: TraceSource) -> None:
+        super().__init__(source)
+        self.waiting: dict[Any, Waiting] = defaultdict(list)
+
+    def feed(self, record: dict[str, Any]) -> list[FlagExample]:
         if record.get("kind") != KIND_CALL:
-            continue
+            return []
         flags = [(k, v) for k, v in (record.get("args") or {}).items() if isinstance(v, bool)]
-        children = waiting.pop(record.get("id"), [])
+        children = self.waiting.pop(record.get("id"), [])
+        out: list[FlagExample] = []
         module_flag = _module_flag(record)
         if module_flag is not None:
-            for child in children:
-                yield (*child, module_flag)
+            out += self._examples(children, module_flag)
             children = []
         if flags:
             children.append((record, flags))
         if children:
             parent = record.get("parent")
             if parent is None:
-                for child in children:
-                    yield (*child, _UNKNOWN)
+                out += self._examples(children, _UNKNOWN)
             else:
-                waiting[parent].extend(children)
-    for children in waiting.values():  # callers never recorded (e.g. the trace was cut)
-        for child in children:
-            yield (*child, _UNKNOWN)
+                self.waiting[parent].extend(children)
+        return out
 
+    def finish(self) -> list[FlagExample]:
+        out = []  # callers never recorded (e.g. the trace was cut)
+        for children in self.waiting.values():
+            out += self._examples(children, _UNKNOWN)
+        return out
 
-def collect(paths: Iterable[str | Path]) -> dict[tuple[str, str], list[FlagExample]]:
-    groups: dict[tuple[str, str], list[FlagExample]] = defaultdict(list)
-    for path in find_trace_files(paths):
-        for record, flags, module_training in _flag_calls(path):
+    def _examples(self, calls: Waiting, module_training: Any) -> list[FlagExample]:
+        out = []
+        for record, flags in calls:
             ctx = record.get("ctx") or {}
             features = (("autocast", ctx.get("autocast")), ("grad_enabled", ctx.get("grad", True)),
                         ("module_training", module_training), ("phase", record.get("phase")))
-            for name, value in flags:
-                groups[(record["api"], name)].append(
-                    FlagExample(record["api"], name, value, int(record.get("step", -1)), path.name, features))
-    return groups
+            out += [FlagExample(record["api"], name, value, int(record.get("step", -1)), self.source.label, features)
+                    for name, value in flags]
+        return out
+
+
+def key_of(example: FlagExample) -> tuple[str, str]:
+    return example.api, example.argument
+
+
+def invariant_key(invariant: Invariant) -> tuple[str, str]:
+    return invariant.subject["api"], invariant.subject["argument"]
 
 
 def infer(groups: dict[tuple[str, str], list[FlagExample]], sources: tuple[str, ...]) -> list[Invariant]:
@@ -123,10 +137,8 @@ def infer(groups: dict[tuple[str, str], list[FlagExample]], sources: tuple[str, 
     return invariants
 
 
-def check(invariant: Invariant, groups: dict[tuple[str, str], list[FlagExample]]) -> list[FlagExample]:
-    subject = invariant.subject
-    return [e for e in groups.get((subject["api"], subject["argument"]), [])
-            if holds_all(invariant.precondition, e.feature_map()) and e.value is not subject["value"]]
+def violates(invariant: Invariant, e: FlagExample) -> bool:
+    return e.value is not invariant.subject["value"] and holds_all(invariant.precondition, e.feature_map())
 
 
 def violation(invariant: Invariant, ex: FlagExample) -> dict[str, Any]:

@@ -4,16 +4,15 @@ tensor parallelism does not split (``tensor_model_parallel=False``) on every TP 
 
 Snapshots are matched by (run, point, variable, step, occurrence within the step), so the
 *same-named* variable is compared, never two different parameters that happen to share a
-shape. Examples group ranks by key in one pass over the traces: the cost grows with the number
-of snapshots, not with the square of the number of ranks.
+shape. Each trace's collector yields its rank's halves; ``finalize`` joins them by key in one pass
+(a dict keyed by the match), so the cost grows with the number of snapshots, not with the
+square of the number of ranks. Online, the halves are what ranks exchange.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from traincheck_agent.inference.examples import DESCRIPTIVE_ATTRS, TENSOR_ATTRS
@@ -25,7 +24,8 @@ from traincheck_agent.inference.preconditions import (
     holds_all,
     with_condition,
 )
-from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.inference.stream import Collector as StreamCollector
+from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_STATE
 
 RELATION = "CrossRankConsistent"
@@ -44,42 +44,69 @@ class RankExample(FeatureExample):
     features: tuple[tuple[str, Any], ...]
 
 
-def collect(paths: Iterable[str | Path]) -> dict[tuple[str, str], list[RankExample]]:
-    # key -> rank -> (hash, features)
-    seen: dict[tuple, dict[int, tuple[str | None, tuple]]] = defaultdict(dict)
-    for path in find_trace_files(paths):
-        trace = TraceFile(path)
-        header = trace.header
-        run, rank = str(header.get("run_id")), int(header.get("rank", 0))
-        occurrences: dict[tuple, int] = defaultdict(int)
-        for record in trace.records():
-            if record.get("kind") == "process" and isinstance(record.get("rank"), int):
-                rank = record["rank"]
-            if record.get("kind") != KIND_STATE:
-                continue
-            attrs = record.get("attrs", {})
-            base = (record.get("where"), record.get("var"), record.get("step"))
-            occurrence = occurrences[base]
-            occurrences[base] += 1
-            features = tuple(sorted(
-                [("vtype", record.get("vtype")), ("phase", record.get("phase"))]
-                + [(name, attrs[name]) for name in DESCRIPTIVE_ATTRS if name in attrs]
-            ))
-            shape = attrs.get("shape")
-            party = (*features, ("shape", tuple(shape) if isinstance(shape, list) else None))
-            for attribute in TENSOR_ATTRS:
-                value = attrs.get(attribute)
-                if isinstance(value, dict):
-                    seen[(run, *base, occurrence, attribute)][rank] = (value.get("h"), party)
-    groups: dict[tuple[str, str], list[RankExample]] = defaultdict(list)
-    for (_, where, var, step, _, attribute), by_rank in seen.items():
+@dataclass(frozen=True)
+class RankSnapshot:
+    """One rank's half of an example: its hash of a variable at one point of one step."""
+
+    run: str
+    where: str
+    var: str
+    step: int
+    occurrence: int
+    attribute: str
+    rank: int
+    digest: str | None
+    features: tuple[tuple[str, Any], ...]
+
+
+class Collector(StreamCollector):
+    def __init__(self, source: TraceSource) -> None:
+        super().__init__(source)
+        self.rank = source.rank
+        self.occurrences: dict[tuple, int] = defaultdict(int)
+
+    def feed(self, record: dict[str, Any]) -> list[RankSnapshot]:
+        if record.get("kind") == "process" and isinstance(record.get("rank"), int):
+            self.rank = record["rank"]
+        if record.get("kind") != KIND_STATE:
+            return []
+        attrs = record.get("attrs", {})
+        base = (str(record.get("where")), str(record.get("var")), int(record.get("step", -1)))
+        occurrence = self.occurrences[base]
+        self.occurrences[base] += 1
+        features = tuple(sorted(
+            [("vtype", record.get("vtype")), ("phase", record.get("phase"))]
+            + [(name, attrs[name]) for name in DESCRIPTIVE_ATTRS if name in attrs]
+        ))
+        shape = attrs.get("shape")
+        party = (*features, ("shape", tuple(shape) if isinstance(shape, list) else None))
+        return [RankSnapshot(self.source.run_id, *base, occurrence, attribute, self.rank, value.get("h"), party)
+                for attribute in TENSOR_ATTRS if isinstance(value := attrs.get(attribute), dict)]
+
+
+def key_of(item: RankSnapshot | RankExample) -> tuple[str, str]:
+    return item.where, item.attribute
+
+
+def invariant_key(invariant: Invariant) -> tuple[str, str]:
+    return invariant.subject["event"], invariant.subject["attribute"]
+
+
+def finalize(groups: dict[tuple[str, str], list[RankSnapshot]]) -> dict[tuple[str, str], list[RankExample]]:
+    """Join the ranks' snapshots of the same (run, point, variable, step, occurrence)."""
+    joined: dict[tuple, dict[int, RankSnapshot]] = defaultdict(dict)
+    for snapshots in groups.values():
+        for s in snapshots:
+            joined[(s.run, s.where, s.var, s.step, s.occurrence, s.attribute)][s.rank] = s
+    out: dict[tuple[str, str], list[RankExample]] = defaultdict(list)
+    for (_, where, var, step, _, attribute), by_rank in joined.items():
         if len(by_rank) < 2:
             continue
-        hashes = {h for h, _ in by_rank.values()}
-        groups[(str(where), attribute)].append(RankExample(
-            str(where), attribute, str(var), int(step), tuple(sorted(by_rank)), len(hashes) == 1,
-            _example_features([by_rank[r][1] for r in sorted(by_rank)])))
-    return groups
+        ranks = tuple(sorted(by_rank))
+        out[(where, attribute)].append(RankExample(
+            where, attribute, var, step, ranks, len({by_rank[r].digest for r in ranks}) == 1,
+            _example_features([by_rank[r].features for r in ranks])))
+    return out
 
 
 def _example_features(per_rank: list[tuple[tuple[str, Any], ...]]) -> tuple[tuple[str, Any], ...]:
@@ -114,9 +141,8 @@ def infer(groups: dict[tuple[str, str], list[RankExample]], sources: tuple[str, 
     return invariants
 
 
-def check(invariant: Invariant, groups: dict[tuple[str, str], list[RankExample]]) -> list[RankExample]:
-    key = (invariant.subject["event"], invariant.subject["attribute"])
-    return [e for e in groups.get(key, []) if holds_all(invariant.precondition, e.feature_map()) and not e.equal]
+def violates(invariant: Invariant, e: RankExample) -> bool:
+    return not e.equal and holds_all(invariant.precondition, e.feature_map())
 
 
 def violation(invariant: Invariant, ex: RankExample) -> dict[str, Any]:

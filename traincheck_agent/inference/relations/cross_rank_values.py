@@ -14,9 +14,8 @@ DistinctArgument and of Consistent for call values; its per-rank features
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from traincheck_agent.inference.invariant import Invariant
@@ -27,7 +26,8 @@ from traincheck_agent.inference.preconditions import (
     holds_all,
     with_condition,
 )
-from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.inference.stream import Collector as StreamCollector
+from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "CrossRankValue"
@@ -70,34 +70,65 @@ def _positions(record: dict[str, Any]) -> Iterator[tuple[str, str]]:
     yield from _fingerprints(record.get("ret"), "ret")
 
 
-def collect(paths: Iterable[str | Path]) -> dict[tuple[str, str], list[ValueExample]]:
-    # (run, api, step, occurrence, position) -> rank -> (hash, phase)
-    seen: dict[tuple, dict[int, tuple[str, Any]]] = defaultdict(dict)
-    for path in find_trace_files(paths):
-        trace = TraceFile(path)
-        run, rank = str(trace.header.get("run_id")), int(trace.header.get("rank", 0))
-        occurrences: dict[tuple[str, int], int] = defaultdict(int)
-        for record in trace.records():
-            if record.get("kind") != KIND_CALL or record.get("exc"):
-                continue
-            positions = list(_positions(record))
-            if not positions:
-                continue
-            call = (str(record.get("api")), int(record.get("step", -1)))
-            occurrence = occurrences[call]
-            occurrences[call] += 1
-            for position, digest in positions:
-                seen[(run, *call, occurrence, position)][rank] = (digest, record.get("phase"))
-    groups: dict[tuple[str, str], list[ValueExample]] = defaultdict(list)
-    for (_, api, step, _, position), by_rank in sorted(seen.items(), key=lambda kv: repr(kv[0])):
+@dataclass(frozen=True)
+class RankValue:
+    """One rank's half of an example: its hash at one position of one call."""
+
+    run: str
+    api: str
+    step: int
+    occurrence: int
+    position: str
+    rank: int
+    digest: str
+    phase: Any
+
+
+class Collector(StreamCollector):
+    def __init__(self, source: TraceSource) -> None:
+        super().__init__(source)
+        self.step: int | None = None
+        self.occurrences: dict[str, int] = defaultdict(int)  # per API, in the current step
+
+    def feed(self, record: dict[str, Any]) -> list[RankValue]:
+        if record.get("kind") != KIND_CALL or record.get("exc"):
+            return []
+        positions = list(_positions(record))
+        if not positions:
+            return []
+        api, step = str(record.get("api")), int(record.get("step", -1))
+        if step != self.step:
+            self.step, self.occurrences = step, defaultdict(int)
+        occurrence = self.occurrences[api]
+        self.occurrences[api] += 1
+        return [RankValue(self.source.run_id, api, step, occurrence, position, self.source.rank, digest,
+                          record.get("phase")) for position, digest in positions]
+
+
+def key_of(item: RankValue | ValueExample) -> tuple[str, str]:
+    return item.api, item.position
+
+
+def invariant_key(invariant: Invariant) -> tuple[str, str]:
+    return invariant.subject["api"], invariant.subject["position"]
+
+
+def finalize(groups: dict[tuple[str, str], list[RankValue]]) -> dict[tuple[str, str], list[ValueExample]]:
+    """Join the ranks' values of the same (run, API, step, occurrence, position)."""
+    joined: dict[tuple, dict[int, RankValue]] = defaultdict(dict)
+    for values in groups.values():
+        for v in values:
+            joined[(v.run, v.api, v.step, v.occurrence, v.position)][v.rank] = v
+    out: dict[tuple[str, str], list[ValueExample]] = defaultdict(list)
+    for (_, api, step, _, position), by_rank in joined.items():
         if len(by_rank) < 2:
             continue
         ranks = tuple(sorted(by_rank))
-        phases = tuple(by_rank[r][1] for r in ranks)
+        phases = tuple(by_rank[r].phase for r in ranks)
         features = (("phase", phases[0]), (PARTIES + "phase", phases))
-        groups[(api, position)].append(ValueExample(api, position, step, ranks,
-                                                    tuple(by_rank[r][0] for r in ranks), features))
-    return groups
+        out[(api, position)].append(ValueExample(api, position, step, ranks,
+                                                 tuple(by_rank[r].digest for r in ranks), features))
+    return out
 
 
 def infer(groups: dict[tuple[str, str], list[ValueExample]], sources: tuple[str, ...]) -> list[Invariant]:
@@ -124,10 +155,8 @@ def infer(groups: dict[tuple[str, str], list[ValueExample]], sources: tuple[str,
     return invariants
 
 
-def check(invariant: Invariant, groups: dict[tuple[str, str], list[ValueExample]]) -> list[ValueExample]:
-    s = invariant.subject
-    return [e for e in groups.get((s["api"], s["position"]), [])
-            if not e.holds(s["form"]) and holds_all(invariant.precondition, e.feature_map())]
+def violates(invariant: Invariant, e: ValueExample) -> bool:
+    return not e.holds(invariant.subject["form"]) and holds_all(invariant.precondition, e.feature_map())
 
 
 def violation(invariant: Invariant, ex: ValueExample) -> dict[str, Any]:

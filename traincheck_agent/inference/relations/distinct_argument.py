@@ -9,10 +9,7 @@ the same step.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from traincheck_agent.inference.invariant import Invariant
@@ -22,7 +19,8 @@ from traincheck_agent.inference.preconditions import (
     holds_all,
     with_condition,
 )
-from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.inference.stream import Collector as StreamCollector
+from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "DistinctArgument"
@@ -49,24 +47,36 @@ def _parameter_argument(args: dict[str, Any]) -> tuple[str, dict[str, Any]] | No
     return None
 
 
-def collect(paths: Iterable[str | Path]) -> dict[str, list[ArgExample]]:
-    groups: dict[str, list[ArgExample]] = defaultdict(list)
-    for path in find_trace_files(paths):
-        seen: set[tuple[str, int, int]] = set()
-        for record in TraceFile(path).records():
-            if record.get("kind") != KIND_CALL or record.get("parent") is not None:
-                continue  # outermost calls only: a helper's inner calls are its own business
-            found = _parameter_argument(record.get("args") or {})
-            if found is None:
-                continue
-            argument, desc = found
-            api, step = record["api"], int(record.get("step", -1))
-            key = (api, step, desc["oid"])
-            features = (("phase", record.get("phase")),)
-            groups[api].append(ArgExample(api, argument, desc["oid"], str(desc.get("name", "")), step,
-                                          key in seen, path.name, features))
-            seen.add(key)
-    return groups
+class Collector(StreamCollector):
+    def __init__(self, source: TraceSource) -> None:
+        super().__init__(source)
+        self.step: int | None = None
+        self.seen: set[tuple[str, int]] = set()  # (api, parameter oid) in the current step
+
+    def feed(self, record: dict[str, Any]) -> list[ArgExample]:
+        if record.get("kind") != KIND_CALL or record.get("parent") is not None:
+            return []  # outermost calls only: a helper's inner calls are its own business
+        found = _parameter_argument(record.get("args") or {})
+        if found is None:
+            return []
+        argument, desc = found
+        api, step = record["api"], int(record.get("step", -1))
+        if step != self.step:
+            self.step, self.seen = step, set()
+        key = (api, desc["oid"])
+        repeated = key in self.seen
+        self.seen.add(key)
+        features = (("phase", record.get("phase")),)
+        return [ArgExample(api, argument, desc["oid"], str(desc.get("name", "")), step, repeated,
+                           self.source.label, features)]
+
+
+def key_of(example: ArgExample) -> str:
+    return example.api
+
+
+def invariant_key(invariant: Invariant) -> str:
+    return invariant.subject["api"]
 
 
 def infer(groups: dict[str, list[ArgExample]], sources: tuple[str, ...]) -> list[Invariant]:
@@ -91,9 +101,8 @@ def infer(groups: dict[str, list[ArgExample]], sources: tuple[str, ...]) -> list
     return invariants
 
 
-def check(invariant: Invariant, groups: dict[str, list[ArgExample]]) -> list[ArgExample]:
-    return [e for e in groups.get(invariant.subject["api"], [])
-            if e.repeated and holds_all(invariant.precondition, e.feature_map())]
+def violates(invariant: Invariant, e: ArgExample) -> bool:
+    return e.repeated and holds_all(invariant.precondition, e.feature_map())
 
 
 def violation(invariant: Invariant, ex: ArgExample) -> dict[str, Any]:

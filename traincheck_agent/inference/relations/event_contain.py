@@ -13,9 +13,7 @@ id until the parent's record arrives. The precondition is deduced from the calle
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from traincheck_agent.inference.invariant import Invariant
@@ -25,7 +23,8 @@ from traincheck_agent.inference.preconditions import (
     holds_all,
     with_condition,
 )
-from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.inference.stream import Collector as StreamCollector
+from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "EventContain"
@@ -57,20 +56,28 @@ def _features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
             ("phase", record.get("phase")), ("self.training", training))
 
 
-def collect(paths: Iterable[str | Path]) -> dict[str, list[ContainExample]]:
-    groups: dict[str, list[ContainExample]] = defaultdict(list)
-    for path in find_trace_files(paths):
-        children: dict[Any, set[str]] = defaultdict(set)
-        for record in TraceFile(path).records():
-            if record.get("kind") != KIND_CALL:
-                continue
-            api = str(record.get("api"))
-            if record.get("parent") is not None and not _is_module_call(record):
-                children[record["parent"]].add(api)
-            called = children.pop(record.get("id"), set())
-            groups[api].append(ContainExample(api, frozenset(called), int(record.get("step", -1)), path.name,
-                                              _features(record)))
-    return groups
+class Collector(StreamCollector):
+    def __init__(self, source: TraceSource) -> None:
+        super().__init__(source)
+        self.children: dict[Any, set[str]] = defaultdict(set)  # open caller id -> APIs it called
+
+    def feed(self, record: dict[str, Any]) -> list[ContainExample]:
+        if record.get("kind") != KIND_CALL:
+            return []
+        api = str(record.get("api"))
+        if record.get("parent") is not None and not _is_module_call(record):
+            self.children[record["parent"]].add(api)
+        called = self.children.pop(record.get("id"), set())
+        return [ContainExample(api, frozenset(called), int(record.get("step", -1)), self.source.label,
+                               _features(record))]
+
+
+def key_of(example: ContainExample) -> str:
+    return example.api
+
+
+def invariant_key(invariant: Invariant) -> str:
+    return invariant.subject["api"]
 
 
 def infer(groups: dict[str, list[ContainExample]], sources: tuple[str, ...]) -> list[Invariant]:
@@ -96,10 +103,8 @@ def infer(groups: dict[str, list[ContainExample]], sources: tuple[str, ...]) -> 
     return invariants
 
 
-def check(invariant: Invariant, groups: dict[str, list[ContainExample]]) -> list[ContainExample]:
-    child = invariant.subject["child"]
-    return [e for e in groups.get(invariant.subject["api"], [])
-            if child not in e.children and holds_all(invariant.precondition, e.feature_map())]
+def violates(invariant: Invariant, e: ContainExample) -> bool:
+    return invariant.subject["child"] not in e.children and holds_all(invariant.precondition, e.feature_map())
 
 
 def violation(invariant: Invariant, ex: ContainExample) -> dict[str, Any]:

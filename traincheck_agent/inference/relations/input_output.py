@@ -10,10 +10,7 @@ never varied is a constant of the model (a feature width), not something the cal
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from traincheck_agent.inference.invariant import Invariant
@@ -24,7 +21,7 @@ from traincheck_agent.inference.preconditions import (
     with_condition,
 )
 from traincheck_agent.inference.relations.output_dtype import call_features
-from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "ConsistentInputOutput"
@@ -54,23 +51,27 @@ def _shape(desc: Any) -> tuple[int, ...] | None:
     return None
 
 
-def collect(paths: Iterable[str | Path]) -> dict[str, list[ShapeExample]]:
-    groups: dict[str, list[ShapeExample]] = defaultdict(list)
-    for path in find_trace_files(paths):
-        for record in TraceFile(path).records():
-            if record.get("kind") != KIND_CALL or record.get("exc"):
-                continue
-            out = _shape(record.get("ret"))
-            if out is None:
-                continue
-            found = next(((n, s) for n, d in (record.get("args") or {}).items()
-                          if n != "self" and (s := _shape(d)) is not None), None)
-            if found is None:
-                continue
-            api = str(record["api"])
-            groups[api].append(ShapeExample(api, found[0], found[1], out, int(record.get("step", -1)),
-                                            path.name, call_features(record)))
-    return groups
+class Collector(StreamCollector):
+    def feed(self, record: dict[str, Any]) -> list[ShapeExample]:
+        if record.get("kind") != KIND_CALL or record.get("exc"):
+            return []
+        out = _shape(record.get("ret"))
+        if out is None:
+            return []
+        found = next(((n, s) for n, d in (record.get("args") or {}).items()
+                      if n != "self" and (s := _shape(d)) is not None), None)
+        if found is None:
+            return []
+        return [ShapeExample(str(record["api"]), found[0], found[1], out, int(record.get("step", -1)),
+                             self.source.label, call_features(record))]
+
+
+def key_of(example: ShapeExample) -> str:
+    return example.api
+
+
+def invariant_key(invariant: Invariant) -> str:
+    return invariant.subject["api"]
 
 
 def infer(groups: dict[str, list[ShapeExample]], sources: tuple[str, ...]) -> list[Invariant]:
@@ -102,11 +103,10 @@ def infer(groups: dict[str, list[ShapeExample]], sources: tuple[str, ...]) -> li
     return invariants
 
 
-def check(invariant: Invariant, groups: dict[str, list[ShapeExample]]) -> list[ShapeExample]:
+def violates(invariant: Invariant, e: ShapeExample) -> bool:
     dim = invariant.subject["dim"]
-    return [e for e in groups.get(invariant.subject["api"], [])
-            if min(len(e.input_shape), len(e.output_shape)) > dim and not e.keeps(dim)
-            and holds_all(invariant.precondition, e.feature_map())]
+    return (min(len(e.input_shape), len(e.output_shape)) > dim and not e.keeps(dim)
+            and holds_all(invariant.precondition, e.feature_map()))
 
 
 def violation(invariant: Invariant, ex: ShapeExample) -> dict[str, Any]:

@@ -8,10 +8,7 @@ autocast context, grad mode, phase, the receiver's class and the input's dtype.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from traincheck_agent.inference.invariant import Invariant
@@ -23,7 +20,7 @@ from traincheck_agent.inference.preconditions import (
     ordered,
     with_condition,
 )
-from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "ConsistentOutput"
@@ -72,18 +69,23 @@ def call_features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(out.items()))
 
 
-def collect(paths: Iterable[str | Path]) -> dict[str, list[CallExample]]:
-    groups: dict[str, list[CallExample]] = defaultdict(list)
-    for path in find_trace_files(paths):
-        for record in TraceFile(path).records():
-            if record.get("kind") != KIND_CALL or record.get("exc"):
-                continue
-            dtype = _tensor_dtype(record.get("ret"))
-            if dtype is None:
-                continue
-            api = record["api"]
-            groups[api].append(CallExample(api, dtype, int(record.get("step", -1)), path.name, call_features(record)))
-    return groups
+class Collector(StreamCollector):
+    def feed(self, record: dict[str, Any]) -> list[CallExample]:
+        if record.get("kind") != KIND_CALL or record.get("exc"):
+            return []
+        dtype = _tensor_dtype(record.get("ret"))
+        if dtype is None:
+            return []
+        api = record["api"]
+        return [CallExample(api, dtype, int(record.get("step", -1)), self.source.label, call_features(record))]
+
+
+def key_of(example: CallExample) -> str:
+    return example.api
+
+
+def invariant_key(invariant: Invariant) -> str:
+    return invariant.subject["api"]
 
 
 def _scoped_to_input_dtype(precondition: list[Clause], passing: list[dict[str, Any]]) -> list[Clause]:
@@ -122,10 +124,8 @@ def infer(groups: dict[str, list[CallExample]], sources: tuple[str, ...]) -> lis
     return invariants
 
 
-def check(invariant: Invariant, groups: dict[str, list[CallExample]]) -> list[CallExample]:
-    subject = invariant.subject
-    return [e for e in groups.get(subject["api"], [])
-            if holds_all(invariant.precondition, e.feature_map()) and e.dtype != subject["value"]]
+def violates(invariant: Invariant, e: CallExample) -> bool:
+    return e.dtype != invariant.subject["value"] and holds_all(invariant.precondition, e.feature_map())
 
 
 def violation(invariant: Invariant, ex: CallExample) -> dict[str, Any]:

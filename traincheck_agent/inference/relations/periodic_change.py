@@ -20,11 +20,8 @@ value may differ between references (another lr is still a constant lr).
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import reduce
-from pathlib import Path
 from typing import Any
 
 from traincheck_agent.inference.invariant import Invariant
@@ -34,7 +31,8 @@ from traincheck_agent.inference.preconditions import (
     holds_all,
     with_condition,
 )
-from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.inference.stream import Collector as StreamCollector
+from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_STATE
 
 RELATION = "VarPeriodicChange"
@@ -86,46 +84,56 @@ def _numeric(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _pairs_in(trace: TraceFile, label: str) -> Iterator[ChangeExample]:
-    """Stream the pairs of one trace; only the latest two steps of each key are held."""
-    latest: dict[Key, tuple[int, float, str]] = {}  # last record of the newest step seen
-    settled: dict[Key, tuple[int, float]] = {}  # value at the last complete step before it
+class Collector(StreamCollector):
+    """Pairs of consecutive recorded steps; only the latest two steps of each key are held."""
 
-    def pair(key: Key, prev: tuple[int, float], cur: tuple[int, float, str]) -> ChangeExample:
+    def __init__(self, source: TraceSource) -> None:
+        super().__init__(source)
+        self.latest: dict[Key, tuple[int, float, str]] = {}  # last record of the newest step seen
+        self.settled: dict[Key, tuple[int, float]] = {}  # value at the last complete step before it
+
+    def _pair(self, key: Key, prev: tuple[int, float], cur: tuple[int, float, str]) -> ChangeExample:
         where, vtype, var, attribute = key
-        return ChangeExample(where, vtype, var, attribute, prev[0], cur[0], prev[1], cur[1], label,
+        return ChangeExample(where, vtype, var, attribute, prev[0], cur[0], prev[1], cur[1], self.source.label,
                              (("phase", cur[2]),))
 
-    for record in trace.records():
+    def feed(self, record: dict[str, Any]) -> list[ChangeExample]:
         if record.get("kind") != KIND_STATE:
-            continue
+            return []
         step = record.get("step")
         if not isinstance(step, int) or step < 0:
-            continue  # no training step yet: nothing to be periodic against
+            return []  # no training step yet: nothing to be periodic against
         head = (str(record.get("where", "")), str(record.get("vtype")), str(record.get("var")))
         phase = str(record.get("phase"))
+        out = []
         for attribute, value in (record.get("attrs") or {}).items():
             if not _numeric(value):
                 continue
             key = (*head, attribute)
-            held = latest.get(key)
+            held = self.latest.get(key)
             if held is not None and step != held[0]:
                 if step < held[0]:
                     continue
-                if key in settled:
-                    yield pair(key, settled[key], held)
-                settled[key] = (held[0], held[1])
-            latest[key] = (step, value, phase)  # within a step, the last record wins
-    for key, held in latest.items():
-        if key in settled:
-            yield pair(key, settled[key], held)
+                if key in self.settled:
+                    out.append(self._pair(key, self.settled[key], held))
+                self.settled[key] = (held[0], held[1])
+            self.latest[key] = (step, value, phase)  # within a step, the last record wins
+        return out
+
+    def finish(self) -> list[ChangeExample]:
+        return [self._pair(key, self.settled[key], held) for key, held in self.latest.items() if key in self.settled]
 
 
-def collect(paths: Iterable[str | Path]) -> dict[Key, list[ChangeExample]]:
-    groups: dict[Key, list[ChangeExample]] = defaultdict(list)
-    for path in find_trace_files(paths):
-        for example in _pairs_in(TraceFile(path), path.name):
-            groups[(example.where, example.vtype, example.var, example.attribute)].append(example)
+def key_of(example: ChangeExample) -> Key:
+    return example.where, example.vtype, example.var, example.attribute
+
+
+def invariant_key(invariant: Invariant) -> Key:
+    s = invariant.subject
+    return s["event"], s["vtype"], s["variable"], s["attribute"]
+
+
+def finalize(groups: dict[Key, list[ChangeExample]]) -> dict[Key, list[ChangeExample]]:
     for group in groups.values():
         group.sort(key=lambda e: (e.trace, e.step))
     return groups
@@ -197,13 +205,11 @@ def infer(groups: dict[Key, list[ChangeExample]], sources: tuple[str, ...]) -> l
     return invariants
 
 
-def check(invariant: Invariant, groups: dict[Key, list[ChangeExample]]) -> list[ChangeExample]:
-    """The pairs that satisfy the precondition and show a change where none was expected, or
-    none where exactly one was."""
+def violates(invariant: Invariant, e: ChangeExample) -> bool:
+    """The pair satisfies the precondition and shows a change where none was expected, or none
+    where exactly one was."""
     s = invariant.subject
-    group = groups.get((s["event"], s["vtype"], s["variable"], s["attribute"]), [])
-    return [e for e in group
-            if holds_all(invariant.precondition, e.feature_map()) and _judge(e, s["period"], s["offset"]) is False]
+    return holds_all(invariant.precondition, e.feature_map()) and _judge(e, s["period"], s["offset"]) is False
 
 
 def violation(invariant: Invariant, ex: ChangeExample) -> dict[str, Any]:

@@ -10,9 +10,8 @@ passing example) are not emitted: they describe the variable, not the event.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from traincheck_agent.inference.examples import (
@@ -20,9 +19,8 @@ from traincheck_agent.inference.examples import (
     NONFINITE,
     NONZERO,
     ZERO,
-    ExampleSet,
+    TransitionCollector,
     TransitionExample,
-    collect_examples,
 )
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
@@ -85,13 +83,21 @@ def _scoped(precondition: list[Clause], passing: list[dict]) -> list[Clause]:
     return ordered([*precondition, *extra])
 
 
-def collect(files: Iterable[Path]) -> ExampleSet:
-    return collect_examples(files)
+Collector = TransitionCollector
+Groups = dict[tuple[str, str], list[TransitionExample]]
 
 
-def infer(examples: ExampleSet, sources: tuple[str, ...]) -> list[Invariant]:
+def key_of(example: TransitionExample) -> tuple[str, str]:
+    return example.event, example.attribute
+
+
+def invariant_key(invariant: Invariant) -> tuple[str, str]:
+    return invariant.subject["event"], invariant.subject["attribute"]
+
+
+def infer(groups: Groups, sources: tuple[str, ...]) -> list[Invariant]:
     invariants = []
-    for (event, attribute), group in sorted(examples.groups.items()):
+    for (event, attribute), group in sorted(groups.items()):
         all_features = [e.feature_map() for e in group]
         for effect in EFFECTS:
             features = all_features
@@ -129,13 +135,10 @@ def infer(examples: ExampleSet, sources: tuple[str, ...]) -> list[Invariant]:
     return invariants
 
 
-def check(invariant: Invariant, examples: ExampleSet) -> list[TransitionExample]:
-    """The examples that satisfy the precondition but not the effect."""
-    subject = invariant.subject
-    effect = EFFECTS_BY_NAME[subject["effect"]]
-    group = examples.groups.get((subject["event"], subject["attribute"]), [])
-    return [e for e in group if not effect.holds(e) and not effect.undecided(e)
-            and holds_all(invariant.precondition, e.feature_map())]
+def violates(invariant: Invariant, e: TransitionExample) -> bool:
+    """The example satisfies the precondition but not the effect."""
+    effect = EFFECTS_BY_NAME[invariant.subject["effect"]]
+    return not effect.holds(e) and not effect.undecided(e) and holds_all(invariant.precondition, e.feature_map())
 
 
 def violation(invariant: Invariant, ex: TransitionExample) -> dict[str, Any]:

@@ -20,10 +20,7 @@ never hypothesised. Of the arguments that bound a property, only the tightest is
 from __future__ import annotations
 
 import re
-from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from traincheck_agent.inference.invariant import Invariant
@@ -34,7 +31,7 @@ from traincheck_agent.inference.preconditions import (
     holds_all,
     with_condition,
 )
-from traincheck_agent.trace.reader import TraceFile, find_trace_files
+from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "Threshold"
@@ -135,17 +132,22 @@ def _example(record: dict[str, Any], trace: str) -> CallExample | None:
                        tuple(sorted(bounds.items())), tuple(sorted(inputs.items())), _features(record, args))
 
 
-def collect(paths: Iterable[str | Path]) -> dict[str, list[CallExample]]:
-    """Calls with both a numeric argument and a numeric output property, grouped by API."""
-    groups: dict[str, list[CallExample]] = defaultdict(list)
-    for path in find_trace_files(paths):
-        for record in TraceFile(path).records():
-            if record.get("kind") != KIND_CALL or record.get("exc"):
-                continue
-            example = _example(record, path.name)
-            if example is not None:
-                groups[example.api].append(example)
-    return groups
+class Collector(StreamCollector):
+    """Calls with both a numeric argument and a numeric output property."""
+
+    def feed(self, record: dict[str, Any]) -> list[CallExample]:
+        if record.get("kind") != KIND_CALL or record.get("exc"):
+            return []
+        example = _example(record, self.source.label)
+        return [] if example is None else [example]
+
+
+def key_of(example: CallExample) -> str:
+    return example.api
+
+
+def invariant_key(invariant: Invariant) -> str:
+    return invariant.subject["api"]
 
 
 def _holds(op: str, value: Number, bound: Number) -> bool:
@@ -239,16 +241,12 @@ def infer(groups: dict[str, list[CallExample]], sources: tuple[str, ...]) -> lis
     return invariants
 
 
-def check(invariant: Invariant, groups: dict[str, list[CallExample]]) -> list[CallExample]:
+def violates(invariant: Invariant, e: CallExample) -> bool:
     subject = invariant.subject
-    out = []
-    for e in groups.get(subject["api"], []):
-        value, bound = e.property(subject["property"]), e.bound(subject["argument"])
-        if value is None or bound is None or not holds_all(invariant.precondition, e.feature_map()):
-            continue
-        if not _holds(subject["op"], value, bound):
-            out.append(e)
-    return out
+    value, bound = e.property(subject["property"]), e.bound(subject["argument"])
+    if value is None or bound is None or not holds_all(invariant.precondition, e.feature_map()):
+        return False
+    return not _holds(subject["op"], value, bound)
 
 
 def violation(invariant: Invariant, ex: CallExample) -> dict[str, Any]:

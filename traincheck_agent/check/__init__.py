@@ -1,0 +1,1 @@
+"""Checking runs against invariants: online in the training process, offline on traces."""

@@ -1,0 +1,90 @@
+"""Examples stream out of records: the interface every relation implements, so that inference,
+offline checks and the online checker in the training process share one code path.
+
+A relation module provides:
+
+* ``RELATION``: its name;
+* ``Collector(source)``: the per-trace (per-process) state machine; ``feed(record)`` returns
+  the examples that record completes, ``finish()`` those complete at the end of the trace;
+* ``key_of(example)`` / ``invariant_key(invariant)``: the group of examples a hypothesis is
+  judged on, and the group an invariant watches;
+* ``infer(groups, sources)``: hypothesise, split passing from failing, deduce preconditions;
+* ``violates(invariant, example)`` and ``violation(invariant, example)``;
+* optionally ``finalize(groups)``: work that needs every trace, run once after the last one
+  (joining the ranks' halves of cross-rank examples, ordering).
+
+Examples are built while the records stream by; only a collector's pending state (the
+``before`` half of a snapshot pair, the children of an open call, the current step) is held.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from traincheck_agent.trace.reader import TraceFile, find_trace_files
+
+Groups = dict[Hashable, list[Any]]
+
+
+@dataclass(frozen=True)
+class TraceSource:
+    """Where a stream of records comes from: the trace's label (its file name), run and rank."""
+
+    label: str
+    run_id: str
+    rank: int
+
+    @classmethod
+    def of(cls, trace: TraceFile) -> TraceSource:
+        header = trace.header
+        return cls(trace.path.name, str(header.get("run_id")), int(header.get("rank", 0)))
+
+
+class Collector:
+    """Base collector: no pending state. Relations override ``feed`` (and ``finish``)."""
+
+    def __init__(self, source: TraceSource) -> None:
+        self.source = source
+
+    def feed(self, record: dict[str, Any]) -> Iterable[Any]:
+        return ()
+
+    def finish(self) -> Iterable[Any]:
+        return ()
+
+
+def collect_all(relations: Iterable[ModuleType], paths: Iterable[str | Path]) -> dict[str, Groups]:
+    """The example groups of every relation, from one pass over each trace under ``paths``."""
+    relations = list(relations)
+    out: dict[str, Groups] = {r.RELATION: defaultdict(list) for r in relations}
+    for path in find_trace_files(paths):
+        trace = TraceFile(path)
+        source = TraceSource.of(trace)
+        collectors = [(r.key_of, out[r.RELATION], r.Collector(source)) for r in relations]
+        for record in trace.records():
+            for key_of, groups, collector in collectors:
+                for example in collector.feed(record):
+                    groups[key_of(example)].append(example)
+        for key_of, groups, collector in collectors:
+            for example in collector.finish():
+                groups[key_of(example)].append(example)
+    for r in relations:
+        finalize = getattr(r, "finalize", None)
+        if finalize is not None:
+            out[r.RELATION] = finalize(out[r.RELATION])
+    return out
+
+
+def collect(relation: ModuleType, paths: Iterable[str | Path]) -> Groups:
+    """The example groups of one relation."""
+    return collect_all([relation], paths)[relation.RELATION]
+
+
+def check(relation: ModuleType, invariant: Any, groups: Groups) -> list[Any]:
+    """The examples of ``groups`` that violate ``invariant``."""
+    return [e for e in groups.get(relation.invariant_key(invariant), []) if relation.violates(invariant, e)]
