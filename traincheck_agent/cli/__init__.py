@@ -1,4 +1,5 @@
-"""The ``traincheck`` command line: ``trace summary``, ``infer``, ``invariants show``, ``demo``.
+"""The ``traincheck`` command line: ``trace summary``, ``infer``, ``invariants show``, ``check``,
+``report``, ``demo``.
 
 Each subcommand lives in its own module, which adds its parser and handles its arguments; this
 module only wires them together and turns bad input into exit status 2 without a traceback.
@@ -11,7 +12,7 @@ import os
 import sys
 
 from traincheck_agent import __version__
-from traincheck_agent.cli import demo_cmd, infer_cmd, trace_cmd
+from traincheck_agent.cli import check_cmd, demo_cmd, infer_cmd, report_cmd, trace_cmd
 from traincheck_agent.cli.errors import EXIT_BAD_INPUT
 
 PROG = "traincheck"
@@ -28,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     trace_cmd.add_parser(commands)
     infer_cmd.add_parser(commands)
+    check_cmd.add_parser(commands)
+    report_cmd.add_parser(commands)
     demo_cmd.add_parser(commands)
     return parser
 

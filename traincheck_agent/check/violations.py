@@ -1,0 +1,273 @@
+"""Violation records: one JSON object per violation, and the log that writes them.
+
+A record carries the fields people and scripts look for at the top level (``timestamp``,
+``severity``, ``rank``, ``step``, ``invariant``, ``relation``, ``message``, ``api`` /
+``variable``, ``evidence``) and the same facts under OpenTelemetry log data model names
+(``time_unix_nano``, ``severity_text``, ``severity_number``, ``body``, ``attributes``,
+``resource``), so that log collectors take a ``violations-<rank>.jsonl`` line as it is. The
+schema is documented in docs/checking.md.
+
+This module is imported by the training process in check mode: it must stay light (no torch)
+and :class:`ViolationLog` never lets an I/O error reach the training script.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import orjson
+
+from traincheck_agent.messages import PREFIX, warn
+
+if TYPE_CHECKING:
+    from traincheck_agent.inference.invariant import Invariant
+
+SERVICE_NAME = "traincheck"
+VIOLATIONS_GLOB = "violations-*.jsonl"
+# OpenTelemetry SeverityNumber of each SeverityText (the first of each range of four).
+SEVERITY_NUMBERS = {"TRACE": 1, "DEBUG": 5, "INFO": 9, "WARN": 13, "ERROR": 17, "FATAL": 21}
+_SEVERITY_ALIASES = {"WARNING": "WARN", "CRITICAL": "FATAL"}
+# Keys of a violation dict that have their own place in the record; the rest is evidence.
+_OWN_KEYS = ("invariant", "relation", "step", "message", "api", "variable")
+
+
+def violations_path(out_dir: str | Path, rank: int) -> Path:
+    return Path(out_dir) / f"violations-{rank}.jsonl"
+
+
+def iso_utc(timestamp_ns: int) -> str:
+    """``2026-01-31T12:00:00.123456Z``: RFC 3339, UTC, microseconds (the nanoseconds are in
+    ``time_unix_nano``)."""
+    seconds, nanos = divmod(timestamp_ns, 1_000_000_000)
+    moment = datetime.fromtimestamp(seconds, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{nanos // 1000:06d}Z"
+
+
+def _severity(severity: str) -> tuple[str, int]:
+    text = _SEVERITY_ALIASES.get(severity.upper(), severity.upper())
+    if text not in SEVERITY_NUMBERS:
+        raise ValueError(f"unknown severity {severity!r} (known: {', '.join(SEVERITY_NUMBERS)})")
+    return text, SEVERITY_NUMBERS[text]
+
+
+def _evidence(violation: dict[str, Any], invariant: Invariant | None) -> dict[str, Any]:
+    """What backs the violation: the relation's own details (trace file, ranks, ...) and what
+    the invariant said and how strongly the clean runs supported it."""
+    evidence = {k: v for k, v in violation.items() if k not in _OWN_KEYS}
+    if invariant is not None:
+        evidence["expected"] = invariant.description
+        evidence["subject"] = dict(invariant.subject)
+        evidence["precondition"] = [clause.text() for clause in invariant.precondition]
+        evidence["support"] = dict(invariant.support)
+    return evidence
+
+
+def violation_record(violation: dict[str, Any], invariant: Invariant | None, *, rank: int,
+                     run_id: str | None, host: str | None = None, timestamp_ns: int | None = None,
+                     severity: str = "ERROR", pid: int | None = None) -> dict[str, Any]:
+    """The JSON-able record of one violation (as returned by ``check_offline`` or the online
+    checker) of ``invariant``, seen by process ``rank`` of run ``run_id``. ``host``, ``pid`` and
+    ``timestamp_ns`` default to this process and now (an offline check passes the traced
+    process's host and pid)."""
+    ns = time.time_ns() if timestamp_ns is None else int(timestamp_ns)
+    severity_text, severity_number = _severity(severity)
+    step = violation.get("step")
+    message = str(violation.get("message", ""))
+    api = violation.get("api") or None
+    variable = violation.get("variable") or None
+    ranks = violation.get("ranks")
+    host_name = host if host is not None else _host_name()
+    invariant_id = str(violation.get("invariant") or (invariant.id if invariant else ""))
+    relation = str(violation.get("relation") or (invariant.relation if invariant else ""))
+
+    record: dict[str, Any] = {
+        "timestamp": iso_utc(ns),
+        "time_unix_nano": ns,
+        "severity": severity_text,
+        "severity_text": severity_text,
+        "severity_number": severity_number,
+        "rank": rank,
+        "step": step,
+        "invariant": invariant_id,
+        "relation": relation,
+        "message": message,
+    }
+    if api:
+        record["api"] = api
+    if variable:
+        record["variable"] = variable
+    if ranks is not None:
+        record["ranks"] = list(ranks)
+    record["run_id"] = run_id
+    record["body"] = message
+    record["evidence"] = _evidence(violation, invariant)
+
+    attributes: dict[str, Any] = {
+        "traincheck.invariant": invariant_id,
+        "traincheck.relation": relation,
+        "traincheck.step": step,
+        "traincheck.rank": rank,
+    }
+    if invariant is not None and invariant.description:
+        attributes["traincheck.expected"] = invariant.description
+    if api:
+        attributes["traincheck.api"] = api
+    if variable:
+        attributes["traincheck.variable"] = variable
+    if ranks is not None:
+        attributes["traincheck.ranks"] = list(ranks)
+    if run_id is not None:
+        attributes["traincheck.run_id"] = run_id
+    resource = {"service.name": SERVICE_NAME, "host.name": host_name,
+                "process.pid": os.getpid() if pid is None else pid}
+    # Also among the attributes: collectors that keep only attributes still see where it ran.
+    attributes.update(resource)
+    record["attributes"] = attributes
+    record["resource"] = resource
+    return record
+
+
+def _host_name() -> str:
+    try:
+        return os.uname().nodename
+    except (AttributeError, OSError):
+        return ""
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def what_happened(record: dict[str, Any]) -> str:
+    """The message without the invariant's description that the relations put in front."""
+    message = str(record.get("message", ""))
+    expected = expected_of(record)
+    if expected and message.startswith(expected):
+        rest = message[len(expected):].lstrip(":").strip()
+        if rest:
+            return rest
+    return message
+
+
+def expected_of(record: dict[str, Any]) -> str:
+    evidence = record.get("evidence")
+    if isinstance(evidence, dict) and evidence.get("expected"):
+        return str(evidence["expected"])
+    attributes = record.get("attributes")
+    if isinstance(attributes, dict) and attributes.get("traincheck.expected"):
+        return str(attributes["traincheck.expected"])
+    return ""
+
+
+def format_line(record: dict[str, Any]) -> str:
+    """One line for a person: where (rank, step), what was expected, what happened, on which
+    API / parameter, and the invariant id to look up."""
+    where = f"rank {record.get('rank')} step {record.get('step')}"
+    parts = [f"{PREFIX} violation at {where}:"]
+    expected = expected_of(record)
+    if expected:
+        parts.append(f"expected {_one_line(expected)};")
+    parts.append(f"got {_one_line(what_happened(record))};")
+    subject = []
+    if record.get("api"):
+        subject.append(f"api {_one_line(record['api'])}")
+    if record.get("variable"):
+        subject.append(f"variable {_one_line(record['variable'])}")
+    if record.get("ranks"):
+        subject.append(f"ranks {record['ranks']}")
+    if subject:
+        parts.append(", ".join(subject) + ";")
+    parts.append(f"invariant {record.get('invariant')} ({record.get('relation')})")
+    return " ".join(parts)
+
+
+class ViolationLog:
+    """Appends every violation to ``violations-<rank>.jsonl`` and shows it on ``stream``,
+    at most ``stderr_limit`` lines per invariant (the rest are counted, and summarised by
+    :meth:`close`; the file always gets every record).
+
+    Each line is flushed as it is written so a killed process loses nothing already reported.
+    I/O errors never propagate: the first is reported with one warning, the file is given up,
+    and the stream keeps getting the lines.
+    """
+
+    def __init__(self, out_dir: Path, rank: int, stream: TextIO | None = None,
+                 stderr_limit: int = 3) -> None:
+        self.out_dir = Path(out_dir)
+        self.rank = rank
+        self.path = violations_path(self.out_dir, rank)
+        self.stream = stream
+        self.stderr_limit = stderr_limit
+        self.counts: dict[str, int] = {}
+        self._handle: Any = None
+        self._file_failed = False
+        self._hidden_said: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def report(self, record: dict[str, Any]) -> None:
+        """Write ``record`` (from :func:`violation_record`) and show it unless rate-limited."""
+        with self._lock:
+            invariant = str(record.get("invariant", ""))
+            seen = self.counts.get(invariant, 0) + 1
+            self.counts[invariant] = seen
+            self._write(record)
+            if seen <= self.stderr_limit:
+                try:
+                    line = format_line(record)
+                except Exception:  # a malformed record must not break training
+                    line = f"{PREFIX} violation of {invariant}"
+                self._say(line)
+
+    def close(self) -> dict[str, int]:
+        """Say how many violations of each invariant were not shown; return the number of
+        violations of each invariant (all of them, shown or not). A report after ``close``
+        still reaches the file, and a later ``close`` summarises what it did not show."""
+        with self._lock:
+            for invariant, seen in sorted(self.counts.items()):
+                hidden = max(seen - self.stderr_limit, 0) - self._hidden_said.get(invariant, 0)
+                if hidden > 0:
+                    self._hidden_said[invariant] = self._hidden_said.get(invariant, 0) + hidden
+                    where = "" if self._file_failed else f" (all in {self.path})"
+                    self._say(f"{PREFIX} {hidden} more violations of {invariant} not shown{where}")
+            self._close_file()
+            return dict(self.counts)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self._file_failed:
+            return
+        try:
+            line = orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS, default=str) + b"\n"
+            if self._handle is None:
+                self.out_dir.mkdir(parents=True, exist_ok=True)
+                self._handle = open(self.path, "ab")  # noqa: SIM115 - held open across reports
+            self._handle.write(line)
+            self._handle.flush()
+        except (OSError, TypeError, ValueError) as exc:
+            self._file_failed = True
+            self._close_file()
+            warn(f"cannot write violations to {self.path} ({exc}); they are shown on stderr only")
+
+    def _close_file(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            with contextlib.suppress(OSError):
+                handle.close()
+
+    def _say(self, line: str) -> None:
+        stream = self.stream if self.stream is not None else sys.stderr
+        try:
+            stream.write(line + "\n")
+            stream.flush()
+        except Exception:  # closed or broken stream: stay silent rather than fail the run
+            pass
+
+
+__all__ = ["SERVICE_NAME", "SEVERITY_NUMBERS", "VIOLATIONS_GLOB", "ViolationLog", "expected_of",
+           "format_line", "iso_utc", "violation_record", "violations_path", "what_happened"]

@@ -1,0 +1,187 @@
+"""``traincheck check``: check collected traces against invariants files, offline."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from traincheck_agent.cli.errors import fail
+
+DEFAULT_OUT = Path("traincheck_check")
+EXIT_VIOLATIONS = 1
+GROUPS_SHOWN = 10
+_RANK_IN_NAME = re.compile(r"_rank(\d+)_")
+
+
+def add_parser(commands: Any) -> None:
+    check = commands.add_parser(
+        "check",
+        help="check traces against invariants",
+        description="Check collected traces against one or more invariants files. Every "
+        "violation goes to violations-<rank>.jsonl under --out (the same records as check mode "
+        "writes while training) and to stderr (at most 3 lines per invariant); the ranked groups, "
+        "likely root cause first, are printed at the end. Exit status: 0 no violation, "
+        "1 violations, 2 bad input.",
+    )
+    check.add_argument("paths", nargs="+", metavar="TRACE", help="trace files or directories")
+    check.add_argument("-i", "--invariants", action="append", type=Path, required=True,
+                       metavar="FILE", help="invariants file (repeat for several)")
+    check.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                       help=f"directory for violations-<rank>.jsonl (default ./{DEFAULT_OUT}); "
+                       "violations files already there are replaced")
+    check.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                       help="show a progress bar on stderr (default: when stderr is a terminal)")
+    check.set_defaults(handler=run_check)
+
+
+def _load_invariants(files: list[Path]) -> dict[str, Any]:
+    from traincheck_agent.inference.invariant import read_invariants
+
+    by_id: dict[str, Any] = {}
+    for path in files:
+        for inv in read_invariants(path):
+            by_id.setdefault(inv.id, inv)
+    return by_id
+
+
+def _headers(files: list[Path]) -> dict[str, dict[str, Any]]:
+    """Header of each trace by file name. A file with no complete line (its process was killed
+    before the first write ended) is left out with a warning, as ``trace summary`` does."""
+    from traincheck_agent.messages import warn
+    from traincheck_agent.trace.reader import EmptyTraceError, TraceFile
+
+    headers = {}
+    for path in files:
+        try:
+            headers[path.name] = TraceFile(path).header
+        except EmptyTraceError as exc:
+            warn(f"{exc}; file skipped")
+    return headers
+
+
+def _rank_of(violation: dict[str, Any], headers: dict[str, dict[str, Any]]) -> int:
+    """The rank whose trace shows the violation; for a cross-rank violation, the lowest rank
+    involved (all of them are in the record's ``ranks``)."""
+    header = headers.get(str(violation.get("trace", "")))
+    if header is not None and isinstance(header.get("rank"), int):
+        return header["rank"]
+    match = _RANK_IN_NAME.search(str(violation.get("trace", "")))
+    if match:
+        return int(match.group(1))
+    ranks = [r for r in violation.get("ranks") or [] if isinstance(r, int)]
+    return min(ranks) if ranks else 0
+
+
+def _run_of(rank: int, violation: dict[str, Any],
+            headers: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    header = headers.get(str(violation.get("trace", "")))
+    if header is None:
+        header = next((h for h in headers.values() if h.get("rank") == rank), {})
+    return header
+
+
+def _clear_old(out: Path) -> None:
+    from traincheck_agent.check.violations import VIOLATIONS_GLOB
+
+    for old in out.glob(VIOLATIONS_GLOB):
+        if old.is_file():
+            old.unlink()
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from traincheck_agent.check.triage import triage
+    from traincheck_agent.check.violations import ViolationLog, violation_record
+    from traincheck_agent.cli.progress import ProgressBar
+    from traincheck_agent.inference.engine import check_offline
+    from traincheck_agent.inference.invariant import InvariantFileError
+    from traincheck_agent.trace.reader import TraceFormatError, find_trace_files
+
+    try:
+        invariants = _load_invariants(args.invariants)
+    except InvariantFileError as exc:
+        return fail(str(exc))
+    try:
+        files = find_trace_files(args.paths)
+        if not files:
+            return fail(f"no trace files under {' '.join(map(str, args.paths))}")
+        headers = _headers(files)
+        files = [path for path in files if path.name in headers]
+        if not files:
+            return fail(f"no readable trace files under {' '.join(map(str, args.paths))}")
+    except (FileNotFoundError, TraceFormatError) as exc:
+        return fail(str(exc))
+    except OSError as exc:
+        return fail(f"{exc.filename or ''}: {exc.strerror or exc}")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        _clear_old(args.out)
+    except OSError as exc:
+        return fail(f"{args.out}: cannot write violations there: {exc.strerror or exc}")
+
+    started = time.perf_counter()
+    bar = ProgressBar("checking", enabled=args.progress)
+    try:
+        violations = check_offline(invariants.values(), files, bar.update)
+    except (FileNotFoundError, TraceFormatError) as exc:
+        return fail(str(exc))
+    except OSError as exc:
+        return fail(f"{exc.filename or ''}: {exc.strerror or exc}")
+    finally:
+        bar.close()
+
+    logs: dict[int, ViolationLog] = {}
+    records = []
+    now = time.time_ns()
+    for violation in violations:
+        rank = _rank_of(violation, headers)
+        header = _run_of(rank, violation, headers)
+        record = violation_record(violation, invariants.get(violation["invariant"]), rank=rank,
+                                  run_id=header.get("run_id"), host=header.get("host"),
+                                  pid=header.get("pid"), timestamp_ns=now)
+        if rank not in logs:
+            logs[rank] = ViolationLog(args.out, rank)
+        logs[rank].report(record)
+        records.append(record)
+    for log in logs.values():
+        log.close()
+    took = time.perf_counter() - started
+
+    out = sys.stdout
+    out.write(f"checked {len(files)} trace file(s) against {len(invariants)} invariants "
+              f"in {took:.2f} s\n")
+    if not records:
+        out.write("no violations\n")
+        return 0
+    groups = triage(records, invariants)
+    files_written = ", ".join(str(log.path) for _, log in sorted(logs.items()))
+    out.write(f"{len(records)} violations of {len({r['invariant'] for r in records})} invariants "
+              f"in {len(groups)} groups -> {files_written}\n")
+    print_groups(groups, out)
+    return EXIT_VIOLATIONS
+
+
+def print_groups(groups: list[Any], out: TextIO, limit: int = GROUPS_SHOWN) -> None:
+    """The ranked groups, likely root cause first, a few lines each."""
+    from traincheck_agent.check.violations import what_happened
+
+    out.write("groups, likely root cause first:\n")
+    for number, group in enumerate(groups[:limit], start=1):
+        steps = (f"step {group.first_step}" if group.first_step == group.last_step
+                 else f"steps {group.first_step}-{group.last_step}")
+        ranks = ",".join(map(str, group.ranks)) or "-"
+        where = group.pattern or ", ".join(a for a in group.apis if a != group.subject)
+        title = f"{group.relation} {group.subject}" + (f": {where}" if where else "")
+        out.write(f"{number:3d}. {title}  {steps}, "
+                  f"{group.count} violations, ranks {ranks}\n")
+        if group.expected:
+            out.write(f"     expected: {group.expected}\n")
+        example = group.example
+        out.write(f"     e.g. rank {example.get('rank')} step {example.get('step')}: "
+                  f"{what_happened(example)}\n")
+        out.write(f"     invariant {', '.join(group.invariants)}; {group.rank_reason}\n")
+    if len(groups) > limit:
+        out.write(f"... {len(groups) - limit} more groups (traincheck report <out dir> shows all)\n")

@@ -1,0 +1,47 @@
+"""``traincheck report``: an HTML report of the violations of a run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from traincheck_agent.cli.errors import fail
+
+DEFAULT_NAME = "report.html"
+
+
+def add_parser(commands: Any) -> None:
+    report = commands.add_parser(
+        "report",
+        help="write an HTML report of violations",
+        description="Read every violations-*.jsonl under DIR (written by check mode or "
+        "`traincheck check`), group and rank the violations, likely root cause first, and write "
+        "one self-contained HTML file: the groups with their evidence and timelines of the "
+        "violations per step and per rank.",
+    )
+    report.add_argument("dir", type=Path, metavar="DIR",
+                        help="directory searched recursively for violations-*.jsonl (or one file)")
+    report.add_argument("-o", "--output", type=Path, default=None,
+                        help=f"HTML file to write (default DIR/{DEFAULT_NAME})")
+    report.set_defaults(handler=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from traincheck_agent.check.report import ViolationFileError, write_report
+
+    output = args.output
+    if output is None:
+        output = (args.dir.parent if args.dir.is_file() else args.dir) / DEFAULT_NAME
+    try:
+        records, distinct, groups, files = write_report(args.dir, output)
+    except ViolationFileError as exc:
+        return fail(str(exc))
+    except OSError as exc:
+        return fail(f"{exc.filename or output}: cannot write the report: {exc.strerror or exc}")
+    if not files:
+        print(f"no violations files under {args.dir}: the report says so -> {output}")
+    else:
+        repeated = f" ({records} records)" if records != distinct else ""
+        print(f"{distinct} violations{repeated} in {groups} groups from {files} file(s) -> {output}")
+    return 0
