@@ -9,18 +9,21 @@ added (keys: step, message, and api / variable / ranks where they apply).
 It runs the same collectors and per-example checks as inference and the offline check
 (``inference.stream``), so online and offline verdicts agree. Only relations that have loaded
 invariants get a collector, and each example is checked only against the invariants of its
-group. Relations whose examples join several ranks (those with ``finalize``) need the other
-ranks' halves, which one process does not have; they are skipped here and listed in
-``skipped_relations``.
+group. Relations whose examples join several ranks (those with a ``HALF``: what one rank
+contributes, joined by their ``finalize``) collect this rank's halves per step; when a step is complete they go through the ``rank_exchange`` (the
+torch.distributed store) and the comparing rank judges the joined examples one step later. In a
+single process they are skipped and listed in ``skipped_relations``.
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable
 from types import ModuleType
 from typing import Any
 
+from traincheck_agent.check.rank_exchange import StoreExchange, decode, encode
 from traincheck_agent.inference.engine import RELATIONS
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.stream import Collector, TraceSource
@@ -46,37 +49,154 @@ class _Watch:
                 if relation.violates(inv, example):
                     report({"invariant": inv.id, "relation": inv.relation, **relation.violation(inv, example)})
 
+    def watched(self, item: Any) -> bool:
+        return self.relation.key_of(item) in self.by_key
+
+
+ExchangeFactory = Callable[[str, int], "StoreExchange | None"]
+# Halves kept for steps that could not be published yet (no process group yet): the newest ones.
+MAX_UNPUBLISHED_STEPS = 64
+FINAL_GRACE_S = 10.0  # how long the comparer waits at exit for the other ranks' last steps
+
+
+class _CrossRank:
+    """This rank's halves of the cross-rank examples, published per step; on the comparing
+    rank, joined with the other ranks' and judged."""
+
+    def __init__(self, watches: list[_Watch], factory: ExchangeFactory) -> None:
+        self.watches = {w.relation.RELATION: w for w in watches}
+        self.factories = {name: w.relation.HALF for name, w in self.watches.items()}
+        self.factory = factory
+        self.exchange: StoreExchange | None = None
+        self.halves: dict[int, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
+        self.to_compare: dict[int, dict[str, list[Any]]] = {}
+        self.run_id, self.restart = "", 0
+        self.gone: set[int] = set()
+
+    def add(self, name: str, half: Any) -> None:
+        self.halves[half.step][name].append(half)
+
+    def steps_complete(self, before: int, report: Report) -> None:
+        """Publish every step below ``before``, then compare what can be compared."""
+        if self.exchange is None:
+            self.exchange = self.factory(self.run_id, self.restart)
+            if self.exchange is None:
+                for step in sorted(self.halves)[:-MAX_UNPUBLISHED_STEPS]:
+                    del self.halves[step]
+                return
+        for step in sorted(s for s in self.halves if s < before):
+            own = self.halves.pop(step)
+            self.exchange.publish(step, encode(own))
+            if self.exchange.comparer:
+                self.to_compare[step] = own
+        self.compare(report, final=False)
+
+    def compare(self, report: Report, final: bool) -> None:
+        exchange = self.exchange
+        if exchange is None or not exchange.comparer:
+            return
+        for step in sorted(self.to_compare):
+            fetched = exchange.fetch(step, final=final, gone=self.gone)
+            if fetched is None:
+                return  # later steps wait behind this one
+            payloads, missing = fetched
+            own = self.to_compare.pop(step)
+            if missing:
+                self.gone.update(missing)
+                report({"invariant": "", "relation": "CrossRankExchange", "step": step, "ranks": missing,
+                        "message": f"rank(s) {missing} published nothing for step {step} within "
+                                   f"{exchange.timeout_s:g} s: cross-rank invariants are no longer checked "
+                                   f"against them (stopped, hung or slower than the timeout)"})
+            self._judge(own, [decode(p, self.factories) for p in payloads.values()], report)
+
+    def _judge(self, own: dict[str, list[Any]], others: list[dict[str, list[Any]]], report: Report) -> None:
+        for name, watch in self.watches.items():
+            groups: dict[Hashable, list[Any]] = defaultdict(list)
+            for halves in (own, *others):
+                for half in halves.get(name, ()):
+                    groups[watch.relation.key_of(half)].append(half)
+            joined = watch.relation.finalize(groups)
+            for examples in joined.values():
+                watch.judge(examples, report)
+
+    def finish(self, report: Report) -> None:
+        self.steps_complete(before=max(self.halves, default=-1) + 1, report=report)
+        deadline = time.monotonic() + min(FINAL_GRACE_S, self.exchange.timeout_s if self.exchange else 0.0)
+        while self.to_compare and time.monotonic() < deadline:
+            self.compare(report, final=False)
+            if self.to_compare:
+                time.sleep(0.05)
+        self.compare(report, final=True)
+
+
+def _default_exchange(run_id: str, restart: int) -> StoreExchange | None:
+    return StoreExchange.from_default_group(run_id, restart)
+
 
 class OnlineChecker:
-    def __init__(self, invariants: list[Invariant], on_violation: Report) -> None:
+    def __init__(self, invariants: list[Invariant], on_violation: Report,
+                 exchange: ExchangeFactory = _default_exchange) -> None:
         self.on_violation = on_violation
         by_relation: dict[str, list[Invariant]] = defaultdict(list)
         for inv in invariants:
             by_relation[inv.relation].append(inv)
         known = {r.RELATION for r in RELATIONS}
         self.unknown_relations = sorted(set(by_relation) - known)
-        self.skipped_relations = sorted(r.RELATION for r in RELATIONS
-                                        if r.RELATION in by_relation and hasattr(r, "finalize"))
-        self._watches = [_Watch(r, by_relation[r.RELATION]) for r in RELATIONS
-                         if r.RELATION in by_relation and not hasattr(r, "finalize")]
+        watched = [r for r in RELATIONS if r.RELATION in by_relation]
+        self._watches = [_Watch(r, by_relation[r.RELATION]) for r in watched if not hasattr(r, "HALF")]
+        self._rank_watches = [_Watch(r, by_relation[r.RELATION]) for r in watched if hasattr(r, "HALF")]
+        self._cross_rank: _CrossRank | None = None
+        self._exchange_factory = exchange
+        self.skipped_relations = [w.relation.RELATION for w in self._rank_watches]
+        self._step = -1
 
     @property
     def relations(self) -> list[str]:
         """The relations checked in this process."""
-        return [w.relation.RELATION for w in self._watches]
+        return [w.relation.RELATION for w in self._watches] + (
+            [] if self._cross_rank is None else list(self._cross_rank.watches))
 
     def feed(self, record: dict[str, Any]) -> None:
         if record.get("kind") == KIND_HEADER:
-            source = TraceSource("online", str(record.get("run_id")), int(record.get("rank", 0) or 0))
-            for watch in self._watches:
-                watch.collector = watch.relation.Collector(source)
+            self._start(record)
             return
         for watch in self._watches:
             if watch.collector is not None:
                 watch.judge(watch.collector.feed(record), self.on_violation)
+        cross = self._cross_rank
+        if cross is None:
+            return
+        for watch in self._rank_watches:
+            if watch.collector is not None:
+                for half in watch.collector.feed(record):
+                    if watch.watched(half):
+                        cross.add(watch.relation.RELATION, half)
+        step = record.get("step")
+        if isinstance(step, int) and step > self._step:
+            self._step = step
+            cross.steps_complete(before=step, report=self.on_violation)
+
+    def _start(self, header: dict[str, Any]) -> None:
+        source = TraceSource("online", str(header.get("run_id")), int(header.get("rank", 0) or 0))
+        for watch in self._watches:
+            watch.collector = watch.relation.Collector(source)
+        if self._rank_watches and int(header.get("world_size", 1) or 1) > 1:
+            self._cross_rank = _CrossRank(self._rank_watches, self._exchange_factory)
+            self._cross_rank.run_id = source.run_id
+            self._cross_rank.restart = int(header.get("restart_count", 0) or 0)
+            self.skipped_relations = []
+            for watch in self._rank_watches:
+                watch.collector = watch.relation.Collector(source)
 
     def finish(self) -> None:
         for watch in self._watches:
             if watch.collector is not None:
                 watch.judge(watch.collector.finish(), self.on_violation)
                 watch.collector = None
+        if self._cross_rank is not None:
+            for watch in self._rank_watches:
+                if watch.collector is not None:
+                    for half in watch.collector.finish():
+                        if watch.watched(half):
+                            self._cross_rank.add(watch.relation.RELATION, half)
+            self._cross_rank.finish(self.on_violation)

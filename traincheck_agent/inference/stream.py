@@ -11,7 +11,9 @@ A relation module provides:
 * ``infer(groups, sources)``: hypothesise, split passing from failing, deduce preconditions;
 * ``violates(invariant, example)`` and ``violation(invariant, example)``;
 * optionally ``finalize(groups)``: work that needs every trace, run once after the last one
-  (joining the ranks' halves of cross-rank examples, ordering).
+  (joining the ranks' halves of cross-rank examples, ordering);
+* for cross-rank relations, ``HALF``: the class of what one rank contributes to an example
+  (what its collector yields and what ranks exchange online).
 
 Examples are built while the records stream by; only a collector's pending state (the
 ``before`` half of a snapshot pair, the children of an open call, the current step) is held.

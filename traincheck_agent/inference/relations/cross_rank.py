@@ -84,6 +84,9 @@ class Collector(StreamCollector):
                 for attribute in TENSOR_ATTRS if isinstance(value := attrs.get(attribute), dict)]
 
 
+HALF = RankSnapshot  # what a rank publishes for online checks
+
+
 def key_of(item: RankSnapshot | RankExample) -> tuple[str, str]:
     return item.where, item.attribute
 

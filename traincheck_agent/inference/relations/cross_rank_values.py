@@ -105,6 +105,9 @@ class Collector(StreamCollector):
                           record.get("phase")) for position, digest in positions]
 
 
+HALF = RankValue  # what a rank publishes for online checks
+
+
 def key_of(item: RankValue | ValueExample) -> tuple[str, str]:
     return item.api, item.position
 
