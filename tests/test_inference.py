@@ -179,6 +179,12 @@ def test_ddp_replicas_are_equal_across_ranks(tmp_path):
     equal_data = found[("after:optimizer.step", "data")]
     assert equal_data.precondition == () and equal_data.support["variables"] == 4
     assert found[("after:backward", "grad")].precondition == ()  # DDP all-reduces the grads
+    # Casting the wrapped model to half and back loses DDP's gradient hooks: the ranks' grads
+    # are no longer averaged, and the replicas drift from the first backward on.
+    drift = check_offline(invariants, [_torchrun(tmp_path, "ddp_bug", "ddp_train.py", "--bug", "dtype-roundtrip")])
+    first = [v for v in drift if v["step"] == 0 and v["relation"] == "CrossRankConsistent"]
+    assert first and {v["variable"] for v in first} >= {"model.0.weight", "model.2.weight"}
+    assert any("after:backward" in v["message"] for v in first)
 
 
 def test_ranks_loading_the_same_batches_are_caught(tmp_path):
@@ -231,6 +237,15 @@ def test_output_dtype_follows_the_autocast_context(tmp_path):
                        "--batch-size", "4"], agent_env("collect", variant))
     assert proc.returncode == 0, proc.stderr
     assert check_offline(invariants, [variant]) == []
+    # The last block's MLP output projection computes in float32 with autocast switched off.
+    bug = tmp_path / "bug"
+    proc = run_python([transformer_lm.__file__, "--steps", "2", "--autocast", "bf16", "--bug", "escape-autocast"],
+                      agent_env("collect", bug))
+    assert proc.returncode == 0, proc.stderr
+    violations = check_offline(invariants, [bug])
+    assert violations and violations[0]["step"] == 0
+    assert {(v["relation"], v["variable"]) for v in violations} == {("ConsistentOutput", "model.blocks.1.mlp")}
+    assert "returned float32" in violations[0]["message"]
 
 
 def test_a_parameter_initialised_twice_is_caught(tmp_path):

@@ -1,6 +1,8 @@
 """Two-rank DDP training on CPU with gloo (started by torchrun), fed by a DataLoader with a
 DistributedSampler. ``--bug same-data`` leaves the sampler out, so every rank trains on the same
-batches: nothing fails and the replicas stay equal, but half the compute is wasted."""
+batches: nothing fails and the replicas stay equal, but half the compute is wasted.
+``--bug dtype-roundtrip`` casts the wrapped model to half and back after DDP wrapped it: the
+parameters get new storage, DDP's gradient hooks no longer fire, and the replicas drift apart."""
 
 import argparse
 import json
@@ -18,7 +20,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--bug", choices=["none", "same-data"], default="none")
+    parser.add_argument("--bug", choices=["none", "same-data", "dtype-roundtrip"], default="none")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -26,6 +28,9 @@ def main() -> None:
     torch.manual_seed(args.seed)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
     model = DDP(model)
+    if args.bug == "dtype-roundtrip":
+        model.module.half()
+        model.module.float()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(100 + args.seed)
     batch = 8

@@ -22,13 +22,23 @@ SIZES = {  # d_model, layers, heads, vocabulary, context
 }
 
 
+class Float32Linear(nn.Linear):
+    """A projection computed in float32 with autocast switched off (as a hand-written kernel
+    wrapper might do): inside an autocast region its output stays float32."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            return nn.functional.linear(x.float(), self.weight.float(), self.bias.float())
+
+
 class Block(nn.Module):
-    def __init__(self, d: int, heads: int) -> None:
+    def __init__(self, d: int, heads: int, escape_autocast: bool = False) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(d)
         self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
         self.ln2 = nn.LayerNorm(d)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        out = Float32Linear(4 * d, d) if escape_autocast else nn.Linear(4 * d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), out)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         h = self.ln1(x)
@@ -37,11 +47,13 @@ class Block(nn.Module):
 
 
 class TinyLM(nn.Module):
-    def __init__(self, d: int, layers: int, heads: int, vocab: int, context: int) -> None:
+    def __init__(self, d: int, layers: int, heads: int, vocab: int, context: int,
+                 escape_autocast: bool = False) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
         self.pos = nn.Embedding(context, d)
-        self.blocks = nn.ModuleList(Block(d, heads) for _ in range(layers))
+        # The bug: the last block's MLP output projection escapes autocast.
+        self.blocks = nn.ModuleList(Block(d, heads, escape_autocast and i == layers - 1) for i in range(layers))
         self.ln_f = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
 
@@ -62,12 +74,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--autocast", choices=["none", "bf16"], default="none")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--bug", choices=["none", "escape-autocast"], default="none",
+                        help="inject a silent bug: one layer computes in float32 inside the autocast region")
     args = parser.parse_args(argv)
 
     torch.manual_seed(args.seed)
     d, layers, heads, vocab, context = SIZES[args.size]
     device = torch.device(args.device)
-    model = TinyLM(d, layers, heads, vocab, context).to(device)
+    model = TinyLM(d, layers, heads, vocab, context, args.bug == "escape-autocast").to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
     gen = torch.Generator(device=device).manual_seed(args.seed)
     losses, times = [], []

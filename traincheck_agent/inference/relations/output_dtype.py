@@ -35,6 +35,12 @@ class CallExample(FeatureExample):
     step: int
     trace: str
     features: tuple[tuple[str, Any], ...]
+    receiver: str = ""  # the module's name, for module calls
+
+
+def _receiver_name(record: dict[str, Any]) -> str:
+    receiver = (record.get("args") or {}).get("self")
+    return str(receiver.get("name", "")) if isinstance(receiver, dict) else ""
 
 
 def _tensor_dtype(desc: Any) -> str | None:
@@ -77,7 +83,8 @@ class Collector(StreamCollector):
         if dtype is None:
             return []
         api = record["api"]
-        return [CallExample(api, dtype, int(record.get("step", -1)), self.source.label, call_features(record))]
+        return [CallExample(api, dtype, int(record.get("step", -1)), self.source.label, call_features(record),
+                            _receiver_name(record))]
 
 
 def key_of(example: CallExample) -> str:
@@ -129,5 +136,6 @@ def violates(invariant: Invariant, e: CallExample) -> bool:
 
 
 def violation(invariant: Invariant, ex: CallExample) -> dict[str, Any]:
-    return {"step": ex.step, "api": ex.api, "variable": "", "trace": ex.trace,
-            "message": f"{invariant.description}: {ex.api} returned {ex.dtype} at step {ex.step}"}
+    who = f"{ex.receiver} ({ex.api})" if ex.receiver else ex.api
+    return {"step": ex.step, "api": ex.api, "variable": ex.receiver, "trace": ex.trace,
+            "message": f"{invariant.description}: {who} returned {ex.dtype} at step {ex.step}"}
