@@ -25,10 +25,13 @@ from pathlib import Path
 from traincheck_agent.examples import cnn_train
 
 
-def run_measured(mode: str | None, steps: int, out_dir: Path) -> dict[str, float]:
+def run_measured(mode: str | None, steps: int, out_dir: Path, extra_env: dict[str, str] | None = None,
+                 ) -> dict[str, float]:
+    """Run the example once; ``extra_env`` adds agent variables (e.g. TRAINCHECK_INV)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINCHECK_")}
     if mode:
         env.update(TRAINCHECK_MODE=mode, TRAINCHECK_OUT=str(out_dir))
+    env.update(extra_env or {})
     started = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([sys.executable, cnn_train.__file__, "--steps", str(steps)],

@@ -201,5 +201,9 @@ def test_demo_runs_the_whole_loop_for_real(tmp_path: Path) -> None:
                            "--steps", "12"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "d" / "invariants.json").is_file()
-    assert "violations; the first at step 1:" in proc.stdout
-    assert "backward finds the grad None or zero when it starts" in proc.stdout
+    assert "violations, the first at step 1" in proc.stdout  # caught online, while it trained
+    assert "[traincheck]" in proc.stderr  # the live lines of the checked run
+    top = proc.stdout.split("groups, likely root cause first:")[1].splitlines()[1]
+    assert "StateTransition" in top or "zero_grad" in top
+    assert (tmp_path / "d" / "check" / "violations-0.jsonl").is_file()
+    assert (tmp_path / "d" / "report.html").is_file()

@@ -18,10 +18,14 @@ from traincheck_agent.messages import warn
 
 MODES = ("off", "collect", "check")
 ACTIVE_MODES = ("collect", "check")
+ACTIONS = ("log", "raise", "abort")
 
 ENV_VARS: dict[str, str] = {
     "TRAINCHECK_MODE": "off (default) | collect | check. Nothing happens unless set.",
-    "TRAINCHECK_OUT": "Directory for traces and logs (default ./traincheck_out).",
+    "TRAINCHECK_OUT": "Directory for traces and violation logs (default ./traincheck_out).",
+    "TRAINCHECK_INV": "check mode: invariants files, ':'-separated (required; a bad file is skipped with a warning).",
+    "TRAINCHECK_ACTION": "check mode: log (default) | raise | abort, what a violation does to the training process.",
+    "TRAINCHECK_CHECK_TRACE": "check mode: 1 = also write the trace of what was checked (default 0).",
     "TRAINCHECK_POLICY": "Extra policy files, ':'-separated; later files add to or override earlier ones.",
     "TRAINCHECK_NO_DEFAULT_POLICIES": "1 = load only the files in TRAINCHECK_POLICY.",
     "TRAINCHECK_RUN_ID": "Run id shared by all ranks (set by the launcher process if unset).",
@@ -53,6 +57,27 @@ def _split_paths(raw: str | None) -> tuple[Path, ...]:
     return tuple(Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip())
 
 
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    warn(f"{name}={raw!r} is not 0 or 1; using 0")
+    return False
+
+
+def _action(env: Mapping[str, str]) -> str:
+    raw = env.get("TRAINCHECK_ACTION")
+    if raw is None or raw.strip() == "":
+        return "log"
+    value = raw.strip().lower()
+    if value not in ACTIONS:
+        warn(f"TRAINCHECK_ACTION={raw!r} is not one of {', '.join(ACTIONS)}; using log")
+        return "log"
+    return value
+
+
 def new_run_id() -> str:
     """A run id that sorts by start time; os.urandom leaves the user's RNG streams untouched."""
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
@@ -79,6 +104,10 @@ class Settings:
     flush_max_records: int = 2000
     skip_programs: tuple[str, ...] = ()
     host: str = field(default_factory=socket.gethostname)
+    # Check mode: the invariants files, what a violation does, and whether to also write the trace.
+    invariant_files: tuple[Path, ...] = ()
+    action: str = "log"
+    check_trace: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, mode: str | None = None) -> Settings:
@@ -94,4 +123,7 @@ class Settings:
             flush_interval_s=_float(env, "TRAINCHECK_FLUSH_INTERVAL", 0.5, 0.01),
             flush_max_records=int(_float(env, "TRAINCHECK_FLUSH_RECORDS", 2000, 1)),
             skip_programs=skip,
+            invariant_files=_split_paths(env.get("TRAINCHECK_INV")),
+            action=_action(env) if resolved_mode == "check" else "log",
+            check_trace=_flag(env, "TRAINCHECK_CHECK_TRACE") if resolved_mode == "check" else False,
         )

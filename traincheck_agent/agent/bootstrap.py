@@ -4,10 +4,15 @@ Decides the process role first (launchers, tools and compile workers are left al
 only hand a shared run id to the ranks they start), then loads the policies and registers
 post-import hooks. Nothing of torch is imported here: the probes are installed when the
 training script imports torch, whenever that happens.
+
+Check mode loads the invariants first (``TRAINCHECK_INV``), cuts the policy down to what they
+need (``traincheck_agent.check.requirements``) and gives the trace writer the online checker as
+its sink; the trace file itself is written only with ``TRAINCHECK_CHECK_TRACE=1``.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import platform
 import sys
@@ -57,7 +62,7 @@ def _header(settings: Settings, policy_sources: tuple[str, ...], policy_digest: 
         algorithms = dict(ALGORITHMS)
     except Exception:
         algorithms = {}
-    return {
+    header = {
         "kind": KIND_HEADER,
         "schema": SCHEMA_VERSION,
         "run_id": settings.run_id,
@@ -72,6 +77,9 @@ def _header(settings: Settings, policy_sources: tuple[str, ...], policy_digest: 
         "policy_digest": policy_digest,
         "fingerprint_algorithms": algorithms,
     }
+    if settings.mode == "check":
+        header["invariants"] = [os.path.basename(str(f)) for f in settings.invariant_files]
+    return header
 
 
 def _after_fork_in_child() -> None:
@@ -108,6 +116,12 @@ def _on_distributed_imported(module: Any) -> None:
     when_active(install)
 
 
+def _debug_figures(mode: str) -> None:
+    from traincheck_agent.agent import patching
+
+    debug(f"{mode} mode: {patching.wrapped_count} APIs wrapped")
+
+
 def start(mode: str) -> None:
     """Activate the agent for ``mode`` ('collect' or 'check'); idempotent."""
     global _started
@@ -124,22 +138,33 @@ def start(mode: str) -> None:
     if role in (ProcessRole.TOOL, ProcessRole.COMPILE_WORKER):
         debug(f"not instrumenting this process ({role.name.lower()}: {reason})")
         return
-    if mode == "check":
-        warn("check mode is not available in this version; the agent stays off")
-        return
-
     files = (default_policy_files() if settings.use_default_policies else []) + list(settings.policy_files)
     policy, _problems = load_policies(files, report=lambda problem: warn(str(problem)))
+
+    check = None
+    if mode == "check":
+        from traincheck_agent.check.agent_checker import CLOSE_TIMEOUT_S, prepare_check
+
+        check = prepare_check(settings, policy)
+        if check is None:  # the warning said why
+            return
+        policy = check.policy
 
     from traincheck_agent.agent.clock import TrainingClock
     from traincheck_agent.agent.trace_writer import TraceWriter, install_flush_on_exit
 
+    sources, digest = policy.sources, policy.digest
     writer = TraceWriter(
         settings.out_dir,
-        lambda: _header(settings, policy.sources, policy.digest),
+        lambda: _header(settings, sources, digest),
         flush_interval_s=settings.flush_interval_s,
         flush_max_records=settings.flush_max_records,
+        write_file=check is None or settings.check_trace,
+        sink=check.sink if check is not None else None,
+        close_timeout_s=CLOSE_TIMEOUT_S if check is not None else 5.0,
     )
+    if check is not None:
+        check.sink.writer = writer
     install_flush_on_exit(writer)
 
     def activate_with_torch(torch_module: Any) -> None:
@@ -155,15 +180,19 @@ def start(mode: str) -> None:
         probe = StateProbe(policy, registry, clock, writer.emit)
         rt = runtime.Runtime(settings, policy, writer, clock, registry, probe)
         rt.worker_check_pending = role is ProcessRole.SPAWN_CHILD
+        if check is not None:
+            rt.selection = check.selection
+            rt.sync_check = settings.action != "log"
         runtime.activate(rt)
         _on_torch_imported(torch_module)
         _run_waiting()
 
     os.register_at_fork(after_in_child=_after_fork_in_child)
+    atexit.register(_debug_figures, mode)
     wrapt.register_post_import_hook(activate_with_torch, "torch")
     wrapt.register_post_import_hook(_on_distributed_imported, "torch.distributed")
     wrapt.register_post_import_hook(_on_distributed_imported, "torch.nn.parallel")
     from traincheck_agent.agent.policy_patcher import install_policy_hooks
 
     install_policy_hooks(policy, when_active)
-    debug(f"collect mode active (run {settings.run_id}, policies: {', '.join(policy.sources)})")
+    debug(f"{mode} mode active (run {settings.run_id}, policies: {', '.join(policy.sources)})")

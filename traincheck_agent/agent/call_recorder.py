@@ -8,6 +8,12 @@ The order inside a wrapper matters:
 3. the user's call runs outside any try/except of ours that could change what it raises: its
    exception propagates unchanged (we only note its type);
 4. agent work after the call is guarded the same way.
+
+In check mode ``runtime.current.selection`` says which calls are recorded and at which detail
+(selective instrumentation, see ``traincheck_agent.check.requirements``); a wrapper without
+hooks whose call is not selected only keeps the call stack, so nesting stays as in collect mode.
+The entry of a wrapped call in the main thread is also the *safe point* where a pending
+``raise`` / ``abort`` action of check mode runs (before the user's call, outside our guards).
 """
 
 from __future__ import annotations
@@ -72,39 +78,62 @@ def make_call_wrapper(
     after: Hook | None = None,
     record: bool = True,
     describe_self: bool = True,
+    module_call: bool = False,
 ) -> Callable[..., Any]:
     """Build the wrapt wrapper function for one API.
 
     ``api`` is the recorded name, or a function of the instance (e.g. the module's class).
     ``before`` / ``after`` run agent logic around the call (state snapshots, clock updates);
     ``after`` runs also when the call raised (``ctx.exc`` is set), so it can undo what
-    ``before`` started.
+    ``before`` started. ``module_call`` marks the ``nn.Module`` call probe (check mode may
+    record every module call).
     """
     arg_names = parameter_names(func_for_names, is_method) if func_for_names is not None else None
     state = runtime.thread_state
     time_ns = time.time_ns
+    hookless = before is None and after is None
+    default_levels = (args_level, returns_level)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         rt = runtime.current
         if rt is None or state.busy:
             return wrapped(*args, **kwargs)
+        if rt.action_pending is not None:
+            violation = rt.run_pending_action()  # check mode's raise / abort, main thread only
+            if violation is not None:
+                raise violation
         if rt.worker_check_pending and not rt.check_worker_role():
             return wrapped(*args, **kwargs)
+        levels: tuple[str, str] | None = default_levels
+        selection = rt.selection
+        if selection is not None:
+            try:
+                name = api if isinstance(api, str) else api(instance)
+                levels = selection.levels(name, module_call)
+            except Exception as exc:  # agent fault: the user's call still runs
+                rt.agent_error("call-prologue", exc)
+                return wrapped(*args, **kwargs)
+            if levels is None and hookless:
+                return _scope_only(rt, wrapped, args, kwargs)
+        else:
+            name = None
 
         ctx = None
         record_fields = None
         state.busy = True
         try:
-            name = api if isinstance(api, str) else api(instance)
+            if name is None:
+                name = api if isinstance(api, str) else api(instance)
             ctx = CallContext(runtime.next_call_id(), name, instance, args, kwargs, rt.clock.step)
             if before is not None:
                 before(ctx)
             ctx.step = rt.clock.step
-            if record and ctx.record:
+            if record and ctx.record and levels is not None:
+                a_level = levels[0]
                 registry = rt.registry
-                described = describe_args(arg_names, args, kwargs, args_level, registry.param_names, registry.module_names)
-                if describe_self and instance is not None and args_level != DESCRIBE_NONE:
-                    described = {"self": describe(instance, args_level, registry.param_names, registry.module_names), **described}
+                described = describe_args(arg_names, args, kwargs, a_level, registry.param_names, registry.module_names)
+                if describe_self and instance is not None and a_level != DESCRIBE_NONE:
+                    described = {"self": describe(instance, a_level, registry.param_names, registry.module_names), **described}
                 grad = torch.is_grad_enabled()
                 record_fields = {
                     "kind": KIND_CALL,
@@ -140,7 +169,7 @@ def make_call_wrapper(
             t1 = time_ns()
             if stack and stack[-1] == ctx.call_id:
                 stack.pop()
-            _epilogue(ctx, record_fields, t0, t1, returns_level, after)
+            _epilogue(ctx, record_fields, t0, t1, levels[1] if levels is not None else DESCRIBE_NONE, after)
             # Drop our references at once: an exception's traceback would otherwise keep the
             # context (and the user's tensors in it) alive until the cyclic GC runs.
             ctx.exc = ctx.result = ctx.args = ctx.kwargs = None
@@ -164,10 +193,32 @@ def make_call_wrapper(
                 rt.emit(fields)
             if not state.stack:
                 rt.clock.advance_if_pending()
+                if rt.sync_check:
+                    rt.check_now()
         except Exception as exc:
             rt.agent_error("call-epilogue", exc)
         finally:
             state.busy = False
+
+    def _scope_only(rt: runtime.Runtime, wrapped: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """A call nobody needs recorded: it only encloses the calls made inside it."""
+        stack = state.stack
+        call_id = runtime.next_call_id()
+        stack.append(call_id)
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            if stack and stack[-1] == call_id:
+                stack.pop()
+            if not stack:
+                # Like every outermost call's end: the step may have advanced inside it.
+                state.busy = True
+                try:
+                    rt.clock.advance_if_pending()
+                except Exception as exc:
+                    rt.agent_error("call-epilogue", exc)
+                finally:
+                    state.busy = False
 
     return wrapper
 

@@ -35,14 +35,20 @@ class TracedFunction(wrapt.FunctionWrapper):
         return _resolve_qualified, (wrapped.__module__, wrapped.__qualname__)
 
 
+# How many attributes this process has wrapped (a figure for debug lines and tests).
+wrapped_count = 0
+
+
 def is_traced(obj: Any) -> bool:
     return isinstance(obj, TracedFunction)
 
 
 def wrap_attribute(owner: Any, attr: str, wrapper: Any) -> bool:
     """Wrap ``owner.attr`` once; returns False if it is already ours."""
+    global wrapped_count
     current = vars(owner).get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
     if is_traced(current):
         return False
     wrapt.wrap_object(owner, attr, TracedFunction, (wrapper,))
+    wrapped_count += 1
     return True

@@ -16,14 +16,20 @@ from typing import TYPE_CHECKING, Any
 from traincheck_agent.messages import warn, warn_once
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from traincheck_agent.agent.clock import TrainingClock
     from traincheck_agent.agent.model_registry import ModelRegistry
     from traincheck_agent.agent.state_probe import StateProbe
     from traincheck_agent.agent.trace_writer import TraceWriter
+    from traincheck_agent.check.requirements import CallSelection
     from traincheck_agent.policy import Policy
     from traincheck_agent.settings import Settings
 
 ERROR_BUDGET = 50
+# Check mode with raise / abort: the longest the training thread waits for the checker to catch
+# up at the end of an outermost call.
+SYNC_CHECK_TIMEOUT_S = 10.0
 
 current: Runtime | None = None
 
@@ -58,9 +64,36 @@ class Runtime:
     worker_check_pending: bool = False
     errors: int = 0
     _error_lock: threading.Lock = field(default_factory=threading.Lock)
+    # Check mode: which calls are recorded (None in collect mode: what the policy says).
+    selection: CallSelection | None = None
+    # Check mode with raise / abort: run the checker at the end of every outermost call, and the
+    # action a violation asked for, run at the next safe point (a wrapped call's entry).
+    sync_check: bool = False
+    action_pending: Callable[[], BaseException | None] | None = None
+    _action_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def emit(self, record: dict[str, Any]) -> None:
         self.writer.emit(record)
+
+    def request_action(self, action: Callable[[], BaseException | None]) -> None:
+        """Ask for ``action`` at the next safe point (called from the checker's thread)."""
+        with self._action_lock:
+            if self.action_pending is None:
+                self.action_pending = action
+
+    def run_pending_action(self) -> BaseException | None:
+        """At a safe point of the main thread: run the pending action. It may end the process
+        (``abort``) or return the exception the wrapper raises into the training (``raise``)."""
+        if threading.get_ident() != threading.main_thread().ident:
+            return None
+        with self._action_lock:
+            action, self.action_pending = self.action_pending, None
+        return action() if action is not None else None
+
+    def check_now(self) -> None:
+        """Feed everything recorded so far to the checker, in this thread."""
+        if threading.get_ident() == threading.main_thread().ident:
+            self.writer.flush(SYNC_CHECK_TIMEOUT_S)
 
     def agent_error(self, stage: str, exc: BaseException) -> None:
         """Count an error raised by the agent's own logic; past the budget, switch off."""
@@ -99,6 +132,11 @@ def deactivate(reason: str | None) -> None:
 
 
 def reset_thread_state_after_fork() -> None:
-    """The forking thread's call stack is meaningless in the child."""
+    """The forking thread's call stack is meaningless in the child, and so is an action the
+    parent's checker asked for."""
     thread_state.stack = []
     thread_state.busy = False
+    rt = current
+    if rt is not None:
+        rt.action_pending = None
+        rt._action_lock = threading.Lock()

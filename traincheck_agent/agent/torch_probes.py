@@ -18,6 +18,7 @@ from traincheck_agent.agent.api_names import defining_class, public_class_name
 from traincheck_agent.agent.call_recorder import CallContext, make_call_wrapper
 from traincheck_agent.agent.naming import first_user_frame
 from traincheck_agent.agent.patching import is_traced, wrap_attribute
+from traincheck_agent.agent.runtime import SYNC_CHECK_TIMEOUT_S
 from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY, Policy
 
 _depths = runtime.thread_state  # per-thread counters live next to the call stack
@@ -180,12 +181,18 @@ def _init_process_group_after(ctx: CallContext) -> None:
         _rt().emit(distributed_update())
 
 
+def _destroy_process_group_before(ctx: CallContext) -> None:
+    # Check mode: the checker exchanges cross-rank halves through the process group's store;
+    # let it catch up while the group still exists (it runs in this thread, once per run).
+    _rt().writer.flush(SYNC_CHECK_TIMEOUT_S)
+
+
 def install_core_probes(policy: Policy) -> None:
     """Wrap the torch entry points the clock, the registry and the state probe rely on."""
     module_cls = torch.nn.Module
     wrap_attribute(module_cls, "__call__", make_call_wrapper(
         _module_api, args_level=DESCRIBE_SUMMARY, returns_level=DESCRIBE_SUMMARY,
-        before=_module_before, after=_module_after, record=policy.record_module_calls,
+        before=_module_before, after=_module_after, record=policy.record_module_calls, module_call=True,
     ))
     wrap_attribute(module_cls, "train", make_call_wrapper(
         "torch.nn.Module.train", args_level=DESCRIBE_SUMMARY, returns_level=DESCRIBE_NONE,
@@ -213,12 +220,21 @@ def install_core_probes(policy: Policy) -> None:
 
 
 def install_distributed_probes(module: Any) -> None:
-    """Called when ``torch.distributed`` / DDP are imported."""
+    """Called when ``torch.distributed`` / DDP are imported. In check mode the end of the
+    process group is also a point where the checker catches up (its cross-rank exchange needs
+    the group's store)."""
     if getattr(module, "__name__", "") == "torch.distributed" and hasattr(module, "init_process_group"):
         wrap_attribute(module, "init_process_group", make_call_wrapper(
             "torch.distributed.init_process_group", args_level=DESCRIBE_SUMMARY,
             returns_level=DESCRIBE_NONE, func_for_names=module.init_process_group,
             after=_init_process_group_after,
+        ))
+    rt = runtime.current
+    if rt is not None and rt.selection is not None and hasattr(module, "destroy_process_group"):
+        wrap_attribute(module, "destroy_process_group", make_call_wrapper(
+            "torch.distributed.destroy_process_group", args_level=DESCRIBE_SUMMARY,
+            returns_level=DESCRIBE_NONE, func_for_names=module.destroy_process_group,
+            before=_destroy_process_group_before,
         ))
     ddp = getattr(module, "DistributedDataParallel", None)
     if isinstance(ddp, type):

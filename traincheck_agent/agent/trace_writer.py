@@ -13,6 +13,10 @@ child has no user-space buffer it could flush a second time into the parent's fi
 The writer never stops training: an unwritable directory, a full disk or an unserialisable value
 costs one warning and the records concerned, nothing more.
 
+In check mode a *sink* (the online checker) receives every batch, header first and in order, on
+the same background thread (or in ``flush``); the file is then optional. ``close`` closes the
+sink after the last batch, so the checker finishes on everything that was recorded.
+
 ``install_flush_on_exit`` (in ``process_hooks``) flushes at exit (atexit covers ``sys.exit``,
 uncaught exceptions and Ctrl-C) and on SIGTERM, after which the process still dies of SIGTERM.
 ``os._exit`` and SIGKILL lose what is still buffered (at most one flush interval).
@@ -26,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -58,6 +62,16 @@ def _to_str(value: Any) -> str:
     return str(value)
 
 
+class RecordSink(Protocol):
+    """Receives the records of this process in order, header first, off the training thread."""
+
+    def consume(self, records: list[dict]) -> None: ...
+
+    def close(self) -> None: ...
+
+    def after_fork(self) -> None: ...
+
+
 class TraceWriter:
     """Buffers trace records in memory and writes them to one JSON-lines file per process."""
 
@@ -68,12 +82,18 @@ class TraceWriter:
         *,
         flush_interval_s: float = 0.5,
         flush_max_records: int = 2000,
+        write_file: bool = True,
+        sink: RecordSink | None = None,
+        close_timeout_s: float = 5.0,
     ) -> None:
         self._out_dir = Path(out_dir)
         self._header_provider = header_provider
         self._interval = max(0.001, float(flush_interval_s))
         self._max_records = max(1, int(flush_max_records))
         self._hard_cap = max(_MIN_HARD_CAP, _HARD_CAP_FACTOR * self._max_records)
+        self._write_file = write_file
+        self._sink = sink
+        self._close_timeout = close_timeout_s
         self._closed = False
         self._reset()
         live_writers.add(self)
@@ -91,6 +111,8 @@ class TraceWriter:
         self._disabled = False
         self._fd: int | None = None
         self._path: Path | None = None
+        self._header: dict[str, Any] | None = None
+        self._sink_has_header = False
         self._dropped_full = 0  # incremented on the hot path
         self._dropped_unserialisable = 0
         self._reported_full = 0
@@ -131,10 +153,13 @@ class TraceWriter:
         except Exception as exc:  # contained: flushing is best effort
             warn_once(f"trace-flush-{id(self)}", f"trace writer failed to flush: {exc!r}")
 
-    def close(self, timeout_s: float = 5.0) -> None:
-        """Flush, stop the background thread and close the file; later emits are ignored."""
+    def close(self, timeout_s: float | None = None) -> None:
+        """Flush, stop the background thread, close the file and the sink; later emits are
+        ignored. ``timeout_s`` bounds the flush (default: the writer's close timeout)."""
         if self._closed:
             return
+        if timeout_s is None:
+            timeout_s = self._close_timeout
         deadline = time.monotonic() + max(0.0, timeout_s)
         self._closed = True
         self._accepting = False  # first, so that nothing lands behind the final flush
@@ -149,6 +174,12 @@ class TraceWriter:
                 self._close_fd()
             finally:
                 self._io_lock.release()
+        sink, self._sink = self._sink, None
+        if sink is not None:
+            try:
+                sink.close()
+            except Exception as exc:  # contained: the training has ended, the exit goes on
+                warn_once(f"sink-close-{id(self)}", f"the checker failed to finish: {exc!r}")
 
     # ----------------------------------------------------------------- background thread
 
@@ -258,36 +289,78 @@ class TraceWriter:
             notes.append(orjson.dumps(note, option=_DUMPS_OPTIONS))
         return notes
 
+    def _header_record(self) -> dict[str, Any] | None:
+        """This process's header, built once (after a fork, again); None when disabled."""
+        if self._header is None:
+            header: dict[str, Any] = {"kind": KIND_HEADER, "schema": SCHEMA_VERSION}
+            try:
+                header.update(self._header_provider())
+            except Exception as exc:
+                self._disable(f"trace header could not be built ({exc!r}); tracing stopped")
+                return None
+            header["kind"] = KIND_HEADER
+            header["pid"] = os.getpid()  # the provider may have cached the parent's pid before a fork
+            self._header = header
+        return self._header
+
+    def _feed_sink(self, batch: list[dict]) -> bool:
+        """Hand one batch to the sink (header first); False when the writer has been disabled."""
+        sink = self._sink
+        if sink is None:
+            return True
+        if not self._sink_has_header:
+            header = self._header_record()
+            if header is None:
+                return False
+            self._sink_has_header = True
+            batch = [header, *batch]
+        if batch:
+            try:
+                sink.consume(batch)
+            except Exception as exc:  # the sink contains its own errors; this is a last guard
+                warn_once(f"sink-{id(self)}", f"the checker failed on a batch of records: {exc!r}")
+        return True
+
     def _write_batch(self, batch: list[dict]) -> bool:
-        """Serialise and append one batch; False when the writer has been disabled."""
-        data = self._serialise(batch)
-        if not data:
+        """Append one batch to the file and hand it to the sink; False when disabled."""
+        if not self._write_file:
+            if not self._feed_sink(batch):
+                return False
+            self._note_drops_without_file()
+            return True
+        data = self._serialise(batch)  # before the sink sees the records, whatever it does with them
+        if not self._feed_sink(batch):
+            return False
+        if not data or not self._write_file:
             return True
         if self._fd is None:
             header = self._open()
             if header is None:
-                return False
+                return not self._disabled  # with a sink, only the file stopped
             data = header + data
         try:
             _write_all(self._fd, data)
         except OSError as exc:
             # A partial write may have left a torn line; writing more after it would turn it into
             # a corrupt line in the middle of the file, so stop here.
-            self._disable(f"cannot write trace file {self._path}: {exc}; tracing stopped")
-            return False
+            self._disable_file(f"cannot write trace file {self._path}: {exc}; tracing stopped")
+            return not self._disabled
         return True
+
+    def _note_drops_without_file(self) -> None:
+        """Without a file there is no note to write: say it once on stderr instead."""
+        if self._has_unreported_drops():
+            self._reported_full = self._dropped_full
+            self._reported_unserialisable = self._dropped_unserialisable
+            warn_once(f"trace-drops-{id(self)}", "the checker fell behind the training; records were dropped "
+                      "unchecked (the violation log may miss some)")
 
     def _open(self) -> bytes | None:
         """Open the trace file; return the serialised header line, or None when disabled."""
-        header: dict[str, Any] = {"kind": KIND_HEADER, "schema": SCHEMA_VERSION}
-        try:
-            header.update(self._header_provider())
-        except Exception as exc:
-            self._disable(f"trace header could not be built ({exc!r}); tracing stopped")
+        header = self._header_record()
+        if header is None:
             return None
-        pid = os.getpid()
-        header["kind"] = KIND_HEADER
-        header["pid"] = pid  # the provider may have cached the parent's pid before a fork
+        pid = header["pid"]
         run_id = str(header.get("run_id") or "unknown").replace(os.sep, "_")
         rank = header.get("rank")
         name = trace_file_name(run_id, rank if isinstance(rank, int) else 0, pid)
@@ -295,17 +368,27 @@ class TraceWriter:
         try:
             line = orjson.dumps(header, default=_to_str, option=_DUMPS_OPTIONS)
         except Exception as exc:
-            self._disable(f"trace header could not be serialised ({exc}); tracing stopped")
+            self._disable_file(f"trace header could not be serialised ({exc}); tracing stopped")
             return None
         try:
             self._out_dir.mkdir(parents=True, exist_ok=True)  # mode 0o777 & ~umask
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
             self._fd = os.open(path, flags, 0o666)
         except OSError as exc:
-            self._disable(f"cannot write traces to {path}: {exc}; records are discarded")
+            self._disable_file(f"cannot write traces to {path}: {exc}; records are discarded")
             return None
         self._path = path
         return line
+
+    def _disable_file(self, message: str) -> None:
+        """The file cannot be written: without a sink the writer stops; with one (check mode)
+        only the file does and the checker goes on."""
+        if self._sink is None:
+            self._disable(message)
+            return
+        warn_once(f"trace-file-disabled-{id(self)}", message)
+        self._write_file = False
+        self._close_fd()
 
     def _disable(self, message: str) -> None:
         warn_once(f"trace-disabled-{id(self)}", message)
@@ -326,6 +409,8 @@ class TraceWriter:
         """Forget the parent's buffer, thread, locks and descriptor; open our own file later."""
         self._close_fd()  # our copy only; the parent's descriptor is unaffected
         self._reset()
+        if self._sink is not None:
+            self._sink.after_fork()
 
 
 def _write_all(fd: int | None, data: bytes) -> None:
@@ -337,4 +422,4 @@ def _write_all(fd: int | None, data: bytes) -> None:
         view = view[written:]
 
 
-__all__ = ["TraceWriter", "install_flush_on_exit", "SIGTERM_FLUSH_TIMEOUT_S"]
+__all__ = ["RecordSink", "TraceWriter", "install_flush_on_exit", "SIGTERM_FLUSH_TIMEOUT_S"]

@@ -2,8 +2,10 @@
 
 1. collect a clean reference run (``TRAINCHECK_MODE=collect``, the script unchanged);
 2. infer invariants from it;
-3. collect a run of the same script with a silent bug (gradients are never cleared: the loss
-   still goes down, nothing raises) and check it against the invariants, offline.
+3. run the same script with a silent bug (gradients are never cleared: the loss still goes
+   down, nothing raises) under ``TRAINCHECK_MODE=check``: violations are reported while it
+   trains, on stderr and in ``violations-0.jsonl``;
+4. rank the violations into groups, likely root cause first, and write the HTML report.
 
 Each training run is a child process started exactly as a user would start it.
 """
@@ -30,12 +32,12 @@ def run_collect(script: Path, out_dir: Path, script_args: list[str]) -> int:
 
 
 def run_demo(out_dir: Path, steps: int) -> int:
-    from traincheck_agent.inference.engine import check_offline, infer_invariants
+    from traincheck_agent.inference.engine import infer_invariants
     from traincheck_agent.inference.invariant import write_invariants
 
     out_dir = Path(out_dir)
     script = Path(cnn_train.__file__)
-    reference, buggy = out_dir / "reference", out_dir / "buggy"
+    reference = out_dir / "reference"
     if run_collect(script, reference, ["--steps", str(steps)]) != 0:
         print("traincheck: error: the reference training failed", file=sys.stderr)
         return 1
@@ -52,17 +54,34 @@ def run_demo(out_dir: Path, steps: int) -> int:
         print(f"  {inv.id}  {inv.description}")
 
     print("\nNow the same script with a silent bug: optimizer.zero_grad() is never called.")
-    if run_collect(script, buggy, ["--steps", str(BUGGY_STEPS), "--bug", "no-zero-grad"]) != 0:
+    checked = out_dir / "check"
+    if run_check(script, checked, inv_file, ["--steps", str(BUGGY_STEPS), "--bug", "no-zero-grad"]) != 0:
         print("traincheck: error: the buggy training failed", file=sys.stderr)
         return 1
-    violations = check_offline(invariants, [buggy])
-    print(f"\n$ traincheck check (offline) {buggy} against {inv_file}")
-    if not violations:
-        print("no violation found")
+    return show_groups(checked, out_dir / "report.html")
+
+
+def run_check(script: Path, out_dir: Path, inv_file: Path, script_args: list[str]) -> int:
+    env = dict(os.environ, TRAINCHECK_MODE="check", TRAINCHECK_INV=str(inv_file), TRAINCHECK_OUT=str(out_dir))
+    env.pop("TRAINCHECK_RUN_ID", None)
+    cmd = [sys.executable, str(script), *script_args]
+    print(f"$ TRAINCHECK_MODE=check TRAINCHECK_INV={inv_file} TRAINCHECK_OUT={out_dir} "
+          f"python {' '.join(cmd[1:])}", flush=True)
+    return subprocess.run(cmd, env=env).returncode
+
+
+def show_groups(checked: Path, report: Path) -> int:
+    from traincheck_agent.check.report import read_violations, write_report
+    from traincheck_agent.check.triage import triage
+    from traincheck_agent.cli.check_cmd import print_groups
+
+    records, _ = read_violations(checked)
+    if not records:
+        print("\nno violation found")
         return 0
-    first_step = violations[0]["step"]
-    first = [v for v in violations if v["step"] == first_step]
-    print(f"{len(violations)} violations; the first at step {first_step}:")
-    for v in first[:5]:
-        print(f"  [{v['invariant']}] {v['message']}")
+    first = min(r["step"] for r in records)
+    print(f"\n{len(records)} violations, the first at step {first}, in {checked}")
+    print_groups(triage(records), sys.stdout, limit=3)
+    write_report(checked, report)
+    print(f"\n$ traincheck report {checked} -o {report}\nwrote {report}")
     return 0

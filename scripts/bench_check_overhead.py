@@ -1,0 +1,109 @@
+"""Check-mode overhead on the bundled CNN example: plain vs collect vs check, as ratios.
+
+First collects two clean reference runs of the example (other seeds) and infers their
+invariants, then runs the example plain, under ``TRAINCHECK_MODE=collect`` and under
+``TRAINCHECK_MODE=check`` alternately (so machine noise hits all alike) and reports medians of
+process wall time, training-loop time and peak RSS (``run_measured`` of
+``bench_collect_overhead.py``). Two check variants:
+- ``check``: every invariant learned from the references (what a user gets);
+- ``check_step_only``: only the StateTransition invariants of ``optimizer.step``, which
+  selective instrumentation reduces to two snapshots per step and no call records.
+The check runs are clean (the references' script, another seed), so they must report nothing.
+
+    python scripts/bench_check_overhead.py --steps 50 --repeats 5 [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_collect_overhead import run_measured  # noqa: E402
+
+from traincheck_agent.examples import cnn_train  # noqa: E402
+from traincheck_agent.inference.engine import infer_invariants  # noqa: E402
+from traincheck_agent.inference.invariant import write_invariants  # noqa: E402
+
+
+def collect_reference(out_dir: Path, steps: int, seed: int) -> Path:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINCHECK_")}
+    env.update(TRAINCHECK_MODE="collect", TRAINCHECK_OUT=str(out_dir))
+    cmd = [sys.executable, cnn_train.__file__, "--steps", str(steps), "--seed", str(seed)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"reference run failed: {proc.stderr}")
+    return out_dir
+
+
+def write_invariant_files(tmp: Path, steps: int) -> tuple[Path, Path, int]:
+    refs = [collect_reference(tmp / f"ref{seed}", steps, seed) for seed in (1, 2)]
+    invariants, files = infer_invariants(refs)
+    every = tmp / "inv.json"
+    write_invariants(invariants, every, [str(f) for f in files])
+    step_only = [i for i in invariants if i.relation == "StateTransition" and i.subject["event"] == "optimizer.step"]
+    only = tmp / "inv_step_only.json"
+    write_invariants(step_only, only, [str(f) for f in files])
+    return every, only, len(invariants)
+
+
+def violations_in(out_dir: Path) -> int:
+    return sum(len(p.read_text().splitlines()) for p in out_dir.glob("violations-*.jsonl"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="OMP_NUM_THREADS for every run (0: torch's default); 1 keeps a shared "
+                             "machine's load from stalling torch's thread pool")
+    args = parser.parse_args()
+    if args.threads:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        every, step_only, n_invariants = write_invariant_files(tmp, args.steps)
+        modes = {
+            "plain": (None, {}),
+            "collect": ("collect", {}),
+            "check": ("check", {"TRAINCHECK_INV": str(every)}),
+            "check_step_only": ("check", {"TRAINCHECK_INV": str(step_only)}),
+        }
+        samples: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+        violations: dict[str, int] = {m: 0 for m in modes if m.startswith("check")}
+        run_measured(None, args.steps, tmp / "warm")  # warm the file cache
+        for i in range(args.repeats):
+            for label, (mode, env) in modes.items():
+                out_dir = tmp / f"{label}{i}"
+                samples[label].append(run_measured(mode, args.steps, out_dir, env))
+                if label in violations:
+                    violations[label] += violations_in(out_dir)
+
+    def median(label: str, key: str) -> float:
+        return statistics.median(s[key] for s in samples[label])
+
+    report: dict[str, object] = {"steps": args.steps, "repeats": args.repeats, "threads": args.threads or "default",
+                                 "invariants": n_invariants,
+                                 "violations_in_clean_check_runs": violations}
+    for key in ("wall_s", "train_s", "peak_rss_mb"):
+        plain = median("plain", key)
+        figures: dict[str, float] = {"plain": round(plain, 4)}
+        for label in modes:
+            if label != "plain":
+                figures[label] = round(median(label, key), 4)
+                figures[f"{label}_ratio"] = round(median(label, key) / plain, 3)
+        report[key] = figures
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

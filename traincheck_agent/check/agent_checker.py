@@ -1,0 +1,308 @@
+"""Check mode inside the training process: load the invariants, choose what to observe, feed
+the online checker, log violations and act on them.
+
+The training thread only appends records to the trace writer's buffer; the writer's background
+thread hands them, header first and in order, to :class:`CheckSink`, which feeds the
+:class:`~traincheck_agent.check.online.OnlineChecker` and writes each violation through a
+:class:`~traincheck_agent.check.violations.ViolationLog` (``violations-<rank>.jsonl`` + one
+``[traincheck]`` line on stderr). At exit the writer closes the sink: the checker finishes, the
+log is closed and one summary line is printed.
+
+``TRAINCHECK_ACTION=raise`` / ``abort`` act at the next *safe point*: the entry of the next
+wrapped API call in the main thread. So that this is at most one call after the fault, these
+two actions also run the checker in the training thread at the end of every outermost call
+(``Runtime.sync_check``): promptness costs speed there, ``log`` keeps checking off the hot path.
+
+Nothing here imports torch. Errors of the checker or of the log are contained: each counts
+against the agent's error budget and gets one warning naming the stage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from traincheck_agent.agent.dist_info import launcher_facts
+from traincheck_agent.check.requirements import (
+    SINGLE_PROCESS,
+    CallSelection,
+    reduce_policy,
+    requirements_for,
+)
+from traincheck_agent.inference.invariant import Invariant, InvariantFileError, read_invariants
+from traincheck_agent.messages import debug, say, warn
+
+if TYPE_CHECKING:
+    from traincheck_agent.agent.trace_writer import TraceWriter
+    from traincheck_agent.policy import Policy
+    from traincheck_agent.settings import Settings
+
+# Exit status of a process ended by TRAINCHECK_ACTION=abort (documented in docs/checking.md).
+ABORT_EXIT_STATUS = 86
+# At exit the checker gets this long to go through what is still buffered.
+CLOSE_TIMEOUT_S = 30.0
+# Errors of the checker (or the log) after which the sink stops feeding it.
+SINK_ERROR_BUDGET = 50
+
+OnError = Callable[[str, BaseException], None]
+# An action runs at a safe point; it returns the exception to raise there, or ends the process.
+Action = Callable[[], BaseException | None]
+RequestAction = Callable[[Action], None]
+
+
+class TrainCheckViolation(RuntimeError):
+    """Raised into the training script (``TRAINCHECK_ACTION=raise``) when an invariant is
+    violated: at the next wrapped API call after the checker found it."""
+
+    def __init__(self, violation: dict[str, Any]) -> None:
+        self.violation = dict(violation)
+        self.invariant = str(violation.get("invariant", "?"))
+        self.step = violation.get("step")
+        super().__init__(describe_violation(violation))
+
+
+def describe_violation(violation: dict[str, Any]) -> str:
+    """``invariant <id> (<relation>) violated at step <n>: <what happened> [api ..., variable ...]``."""
+    text = " ".join(str(violation.get("message", "")).split())
+    where = [f"{k} {violation[k]}" for k in ("api", "variable") if violation.get(k) and str(violation[k]) not in text]
+    suffix = f" [{', '.join(where)}]" if where else ""
+    return (f"invariant {violation.get('invariant', '?')} ({violation.get('relation', '?')}) violated at step "
+            f"{violation.get('step')}: {text}{suffix}")
+
+
+# -------------------------------------------------------------------- start-up
+
+
+def load_invariant_files(paths: Sequence[Path]) -> tuple[list[Invariant], int]:
+    """The invariants of every readable file (an invariant in several files once), and how
+    many files were usable. A bad file costs one warning naming it and the problem."""
+    found: dict[str, Invariant] = {}
+    usable = 0
+    for path in paths:
+        try:
+            invariants = read_invariants(path)
+        except InvariantFileError as exc:
+            warn(f"invariants file {exc}; this file is skipped")
+            continue
+        except Exception as exc:  # anything else the reader did not foresee: still one file only
+            warn(f"invariants file {path}: cannot be read ({type(exc).__name__}: {exc}); this file is skipped")
+            continue
+        usable += 1
+        for inv in invariants:
+            found.setdefault(inv.id, inv)
+    return list(found.values()), usable
+
+
+@dataclass
+class CheckSetup:
+    """What bootstrap needs to start check mode."""
+
+    policy: Policy  # reduced to what the invariants need
+    selection: CallSelection
+    sink: CheckSink
+
+
+def prepare_check(settings: Settings, policy: Policy) -> CheckSetup | None:
+    """Load the invariants and cut ``policy`` down to them; None (after a warning saying why)
+    when there is nothing to check, and the agent then stays off."""
+    if not settings.invariant_files:
+        warn("check mode needs TRAINCHECK_INV (invariants files, ':'-separated); the agent stays off")
+        return None
+    invariants, usable = load_invariant_files(settings.invariant_files)
+    if usable == 0:
+        warn("no usable invariants file in TRAINCHECK_INV; the agent stays off")
+        return None
+    req = requirements_for(invariants, policy, world_size=launcher_facts()["world_size"])
+    for reason, ids in req.skipped.items():
+        shown = ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
+        if reason == SINGLE_PROCESS:
+            debug(f"check mode: {len(ids)} cross-rank invariants not checked ({reason})")
+        else:
+            warn(f"{len(ids)} invariants skipped, {reason}: {shown}")
+    if not req.checked:
+        warn("no invariant to check online in TRAINCHECK_INV; the agent stays off")
+        return None
+    reduced, not_in_policy = reduce_policy(policy, req)
+    debug(f"check mode: {req.summary()}")
+    if not_in_policy:
+        debug(f"check mode: recorded by the core probes if seen: {', '.join(not_in_policy)}")
+    sink = CheckSink(req.checked, out_dir=settings.out_dir, action=settings.action, run_id=settings.run_id,
+                     host=settings.host, on_error=_runtime_error, request_action=_runtime_request_action)
+    return CheckSetup(reduced, req.selection(), sink)
+
+
+def _runtime_error(stage: str, exc: BaseException) -> None:
+    from traincheck_agent.agent import runtime
+
+    rt = runtime.current
+    if rt is not None:
+        rt.agent_error(stage, exc)
+    else:
+        warn(f"agent error in {stage} ({type(exc).__name__}: {exc})")
+
+
+def _runtime_request_action(action: Action) -> None:
+    from traincheck_agent.agent import runtime
+
+    rt = runtime.current
+    if rt is not None:
+        rt.request_action(action)
+
+
+# -------------------------------------------------------------------- the sink
+
+
+class CheckSink:
+    """Feeds the records of this process to the online checker (a ``RecordSink`` of the trace
+    writer) and handles what it finds."""
+
+    def __init__(self, invariants: Iterable[Invariant], *, out_dir: Path, action: str = "log",
+                 run_id: str | None = None, host: str | None = None, on_error: OnError | None = None,
+                 request_action: RequestAction | None = None) -> None:
+        self.invariants = list(invariants)
+        self.by_id = {inv.id: inv for inv in self.invariants}
+        self.out_dir = Path(out_dir)
+        self.action = action
+        self.run_id = run_id
+        self.host = host
+        self.on_error = on_error
+        self.request_action = request_action
+        self.writer: TraceWriter | None = None  # set by bootstrap; abort closes it
+        self._reset()
+
+    def _reset(self) -> None:
+        self.checker: Any = None
+        self.log: Any = None
+        self.rank = 0
+        self.fed = 0
+        self.violations = 0
+        self.violated: dict[str, int] = {}
+        self.acted_on: set[str] = set()
+        self.errors = 0
+        self.broken = False
+        self.closed = False
+        self._lock = threading.RLock()
+
+    # ----------------------------------------------------------------- RecordSink
+
+    def consume(self, records: list[dict]) -> None:
+        with self._lock:
+            for record in records:
+                if self.broken or self.closed:
+                    return
+                try:
+                    if self.checker is None:
+                        self._start(record)
+                    self.checker.feed(record)
+                    self.fed += 1
+                except Exception as exc:
+                    self._error("checker", exc)
+
+    def close(self) -> None:
+        """Finish the checker on what it got, close the log, print the summary line."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            if self.checker is None:
+                return  # nothing was recorded in this process
+            if not self.broken:
+                try:
+                    self.checker.finish()
+                except Exception as exc:
+                    self._error("checker", exc)
+            if self.log is not None:
+                try:
+                    self.log.close()
+                except Exception as exc:
+                    self._error("violation-log", exc)
+            say(self.summary())
+            debug(f"check mode: {self.fed} records checked")
+
+    def after_fork(self) -> None:
+        """A forked child checks its own records from its own header on."""
+        self._reset()
+
+    # ----------------------------------------------------------------- internals
+
+    def _start(self, header: dict) -> None:
+        from traincheck_agent.check.online import OnlineChecker
+        from traincheck_agent.check.violations import ViolationLog
+
+        if header.get("kind") != "header":
+            raise ValueError(f"the first record is a {header.get('kind')!r} record, not the header")
+        rank = header.get("rank")
+        self.rank = rank if isinstance(rank, int) else 0
+        self.log = ViolationLog(self.out_dir, self.rank)
+        self.checker = OnlineChecker(self.invariants, self._on_violation)
+
+    def _on_violation(self, violation: dict[str, Any]) -> None:
+        """Called by the checker (in this sink's thread) for each violation it finds."""
+        invariant_id = str(violation.get("invariant") or "")
+        try:
+            from traincheck_agent.check.violations import violation_record
+
+            self.violations += 1
+            # A record without an invariant (a rank missing from the cross-rank exchange) is
+            # counted under its relation, and never stops the training.
+            label = invariant_id or str(violation.get("relation", "?"))
+            self.violated[label] = self.violated.get(label, 0) + 1
+            record = violation_record(violation, self.by_id.get(invariant_id), rank=self.rank,
+                                      run_id=self.run_id, host=self.host)
+            self.log.report(record)
+        except Exception as exc:
+            self._error("violation-log", exc)
+        if self.action != "log" and invariant_id and invariant_id not in self.acted_on \
+                and self.request_action is not None:
+            self.acted_on.add(invariant_id)  # each invariant stops the training once
+            self.request_action(self._action_for(dict(violation)))
+
+    def _action_for(self, violation: dict[str, Any]) -> Action:
+        if self.action == "raise":
+            return lambda: TrainCheckViolation(violation)
+
+        def abort() -> None:
+            try:
+                say(f"aborting the training (TRAINCHECK_ACTION=abort), exit status {ABORT_EXIT_STATUS}: "
+                    f"{describe_violation(violation)}")
+                if self.writer is not None:
+                    self.writer.close()  # the rest is checked, the log closed, the summary said
+                else:
+                    self.close()
+                for stream in (sys.stdout, sys.stderr):
+                    if stream is not None:
+                        stream.flush()
+            finally:
+                os._exit(ABORT_EXIT_STATUS)
+
+        return abort
+
+    def _error(self, stage: str, exc: BaseException) -> None:
+        self.errors += 1
+        if self.on_error is not None:
+            with contextlib.suppress(Exception):
+                self.on_error(stage, exc)
+        if self.errors > SINK_ERROR_BUDGET and not self.broken:
+            self.broken = True
+            warn(f"the online checker failed {self.errors} times; checking stopped in this process")
+
+    def summary(self) -> str:
+        """The end-of-run line (without the ``[traincheck]`` prefix): how many violations of how
+        many invariants, and where."""
+        checked = f"{len(self.invariants)} invariants checked"
+        if self.broken:
+            return (f"check summary (rank {self.rank}): checking stopped after {self.errors} checker errors; "
+                    f"{self.violations} violations found before")
+        if not self.violations:
+            return f"check summary (rank {self.rank}): no violations ({checked}, {self.fed} records)"
+        worst = sorted(self.violated.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+        top = ", ".join(f"{inv} x{n}" for inv, n in worst) + (", ..." if len(self.violated) > 3 else "")
+        where = getattr(self.log, "path", None)
+        return (f"check summary (rank {self.rank}): {self.violations} violations of "
+                f"{len(self.violated)} invariants ({top}); {checked}" + (f"; details in {where}" if where else ""))
