@@ -178,7 +178,11 @@ def test_ddp_replicas_are_equal_across_ranks(tmp_path):
     found = _cross_rank(invariants)
     equal_data = found[("after:optimizer.step", "data")]
     assert equal_data.precondition == () and equal_data.support["variables"] == 4
-    assert found[("after:backward", "grad")].precondition == ()  # DDP all-reduces the grads
+    # DDP all-reduces the grads, in every backward the reference had (none inside no_sync).
+    assert [c.text() for c in found[("after:backward", "grad")].precondition] == ["grad_sync = True"]
+    # Gradient accumulation with no_sync: the first backward's grads stay local, by design.
+    no_sync = _torchrun(tmp_path, "ddp_no_sync", "ddp_train.py", "--accumulate", "2", "--seed", "3")
+    assert check_offline(invariants, [no_sync]) == []
     # Casting the wrapped model to half and back loses DDP's gradient hooks: the ranks' grads
     # are no longer averaged, and the replicas drift from the first backward on.
     drift = check_offline(invariants, [_torchrun(tmp_path, "ddp_bug", "ddp_train.py", "--bug", "dtype-roundtrip")])

@@ -5,6 +5,7 @@ batches: nothing fails and the replicas stay equal, but half the compute is wast
 parameters get new storage, DDP's gradient hooks no longer fire, and the replicas drift apart."""
 
 import argparse
+import contextlib
 import json
 import os
 
@@ -21,6 +22,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--bug", choices=["none", "same-data", "dtype-roundtrip"], default="none")
+    parser.add_argument("--accumulate", type=int, default=1,
+                        help="micro-batches per step; all but the last backward run inside no_sync")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -43,8 +46,11 @@ def main() -> None:
         if step == args.steps:
             break
         optimizer.zero_grad()
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
+        for micro, (xs, ys) in enumerate(zip(x.chunk(args.accumulate), y.chunk(args.accumulate), strict=True)):
+            last = micro == args.accumulate - 1
+            with contextlib.nullcontext() if last else model.no_sync():
+                loss = nn.functional.mse_loss(model(xs), ys) / args.accumulate
+                loss.backward()
         optimizer.step()
         losses.append(loss.item())
     print(json.dumps({"rank": rank, "pid": os.getpid(), "losses": losses}))

@@ -30,6 +30,7 @@ def main() -> None:
                         default="none")
     parser.add_argument("--init", choices=["default", "normal"], default="default")
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per optimizer step")
+    parser.add_argument("--clip", type=float, default=0.0, help="clip the grad norm to this before each step")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
@@ -63,6 +64,8 @@ def main() -> None:
             part = slice(micro * len(x) // args.accumulate, (micro + 1) * len(x) // args.accumulate)
             loss = nn.functional.cross_entropy(model(x[part]), y[part]) / args.accumulate
             loss.backward()
+        if args.clip:
+            nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         optimizer.step()
         losses.append(loss.item())
         if args.sleep_per_step:

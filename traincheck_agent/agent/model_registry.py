@@ -58,6 +58,8 @@ class ModelRegistry:
         self._names = NameBook()
         self._roots: dict[int, tuple[str, weakref.ref]] = {}
         self._aliases: dict[int, int] = {}  # id(wrapper) -> id(root)
+        # DistributedDataParallel wrappers: whether their next backward all-reduces (no_sync).
+        self.ddp_wrappers: weakref.WeakSet = weakref.WeakSet()
         self.module_names: dict[int, str] = {}
         self.param_names: dict[int, str] = {}
         self.param_owner: dict[int, str] = {}
@@ -72,6 +74,10 @@ class ModelRegistry:
         key = self._aliases.get(id(module), id(module))
         entry = self._roots.get(key)
         return entry[0] if entry else None
+
+    def ddp_grad_sync(self) -> bool:
+        """False while a DDP wrapper is in ``no_sync`` (its backward will not all-reduce)."""
+        return all(getattr(w, "require_backward_grad_sync", True) for w in list(self.ddp_wrappers))
 
     def register_root(self, module: torch.nn.Module, frame: FrameType | None, alias: Any = None) -> str:
         """Register ``module`` (unwrapped) as a root model; returns its name."""

@@ -82,6 +82,8 @@ class StateProbe:
             "phase": self.clock.phase(torch.is_grad_enabled()),
             "t_ns": time.time_ns(),
         }
+        if event == "backward" and not self.registry.ddp_grad_sync():
+            base["grad_sync"] = False  # inside DDP's no_sync: grads stay local to the rank
         items = rule.items
         if "params.data" in items or "params.grad" in items:
             self._params(base, items, self._select_params(optimizer, module))

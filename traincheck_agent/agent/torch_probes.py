@@ -172,6 +172,7 @@ def _ddp_init_after(ctx: CallContext) -> None:
         inner = getattr(ctx.instance, "module", None)
         if isinstance(inner, torch.nn.Module):
             _rt().registry.register_root(ctx.instance, first_user_frame(), alias=ctx.instance)
+            _rt().registry.ddp_wrappers.add(ctx.instance)
 
 
 def _init_process_group_after(ctx: CallContext) -> None:

@@ -181,3 +181,15 @@ def deduce(passing: Sequence[dict[str, Any]], failing: Sequence[dict[str, Any]],
         candidates.remove(best)
         remaining -= best_killed
     return ordered(chosen)
+
+
+def scoped(precondition: Sequence[Clause], passing: Sequence[dict[str, Any]], fields: Sequence[str]) -> list[Clause]:
+    """``precondition`` plus ``field = value`` for each of ``fields`` that every passing example
+    shares: nothing was learned about the other values (a second backward in one step, a
+    backward inside DDP's ``no_sync``), so the invariant does not judge them."""
+    extra = []
+    for name in fields:
+        values = {f.get(name, _MISSING) for f in passing}
+        if len(values) == 1 and _MISSING not in values and not any(c.field == name for c in precondition):
+            extra.append(Clause(name, values.pop()))
+    return ordered([*precondition, *extra])

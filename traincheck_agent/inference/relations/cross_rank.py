@@ -22,6 +22,7 @@ from traincheck_agent.inference.preconditions import (
     FeatureExample,
     deduce,
     holds_all,
+    scoped,
     with_condition,
 )
 from traincheck_agent.inference.stream import Collector as StreamCollector
@@ -29,6 +30,9 @@ from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_STATE
 
 RELATION = "CrossRankConsistent"
+# A backward inside DDP's no_sync keeps its grads local: when the references never had one, the
+# invariant is scoped to synchronised backwards and says nothing about the others.
+SCOPE_FEATURES = ("grad_sync",)
 MIN_PASSING = 5
 MIN_STEPS = 2
 
@@ -74,8 +78,9 @@ class Collector(StreamCollector):
         base = (str(record.get("where")), str(record.get("var")), int(record.get("step", -1)))
         occurrence = self.occurrences[base]
         self.occurrences[base] += 1
+        sync = [("grad_sync", record.get("grad_sync", True))] if base[0].endswith(":backward") else []
         features = tuple(sorted(
-            [("vtype", record.get("vtype")), ("phase", record.get("phase"))]
+            [("vtype", record.get("vtype")), ("phase", record.get("phase")), *sync]
             + [(name, attrs[name]) for name in DESCRIPTIVE_ATTRS if name in attrs]
         ))
         shape = attrs.get("shape")
@@ -131,6 +136,7 @@ def infer(groups: dict[tuple[str, str], list[RankExample]], sources: tuple[str, 
         precondition = deduce([e.feature_map() for e in passing], [e.feature_map() for e in group if not e.equal])
         if precondition is None:
             continue
+        precondition = scoped(precondition, [e.feature_map() for e in passing], SCOPE_FEATURES)
         description = f"the {attribute} of each same-named variable is equal on every rank at {where}"
         invariants.append(Invariant(
             relation=RELATION,

@@ -24,10 +24,9 @@ from traincheck_agent.inference.examples import (
 )
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
-    Clause,
     deduce,
     holds_all,
-    ordered,
+    scoped,
     with_condition,
 )
 
@@ -74,15 +73,6 @@ def _describe(event: str, attribute: str, effect: Effect) -> str:
     return f"{event} {effect.phrase.format(attr=attribute)}, for every variable it touches"
 
 
-def _scoped(precondition: list[Clause], passing: list[dict]) -> list[Clause]:
-    extra = []
-    for name in SCOPE_FEATURES:
-        values = {f.get(name) for f in passing}
-        if len(values) == 1 and not any(c.field == name for c in precondition):
-            extra.append(Clause(name, values.pop()))
-    return ordered([*precondition, *extra])
-
-
 Collector = TransitionCollector
 Groups = dict[tuple[str, str], list[TransitionExample]]
 
@@ -118,7 +108,7 @@ def infer(groups: Groups, sources: tuple[str, ...]) -> list[Invariant]:
             precondition = deduce(passing, failing)
             if precondition is None:
                 continue
-            precondition = _scoped(precondition, passing)
+            precondition = scoped(precondition, passing, SCOPE_FEATURES)
             invariants.append(Invariant(
                 relation=RELATION,
                 subject={"event": event, "attribute": attribute, "effect": effect.name},
