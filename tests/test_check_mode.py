@@ -108,7 +108,10 @@ def test_forgotten_zero_grad_is_caught_at_step_1(inv, tmp_path):
     summary = [line for line in proc.stderr.splitlines() if "check summary" in line]
     assert summary == [f"[traincheck] check summary (rank 0): {len(violations)} violations of 2 invariants "
                        f"({finds_zero} x{len(stale)}, {sequence[0]['invariant']} x3); "
-                       f"{len(read_invariants(inv))} invariants checked; details in {out / 'violations-0.jsonl'}"]
+                       f"{len(read_invariants(inv))} invariants checked; details in {out / 'violations-0.jsonl'}; "
+                       f"likely cause first (3 groups): StateTransition backward model.backbone.*.{{bias,weight}} from step 1: "
+                       f"backward finds the grad None or zero when it starts, for every variable it touches, "
+                       f"when first_in_step = True"]
 
 
 @pytest.mark.parametrize("args", [

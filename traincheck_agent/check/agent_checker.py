@@ -158,6 +158,9 @@ def _runtime_request_action(action: Action) -> None:
 # -------------------------------------------------------------------- the sink
 
 
+TRIAGE_RECORDS = 1000  # violations kept in memory for the end-of-run triage (all go to the log)
+
+
 class CheckSink:
     """Feeds the records of this process to the online checker (a ``RecordSink`` of the trace
     writer) and handles what it finds."""
@@ -183,6 +186,7 @@ class CheckSink:
         self.fed = 0
         self.violations = 0
         self.violated: dict[str, int] = {}
+        self.records: list[dict[str, Any]] = []  # the first ones, for the summary's triage
         self.acted_on: set[str] = set()
         self.errors = 0
         self.broken = False
@@ -256,6 +260,8 @@ class CheckSink:
             record = violation_record(violation, self.by_id.get(invariant_id), rank=self.rank,
                                       run_id=self.run_id, host=self.host)
             self.log.report(record)
+            if len(self.records) < TRIAGE_RECORDS:
+                self.records.append(record)
         except Exception as exc:
             self._error("violation-log", exc)
         if self.action != "log" and invariant_id and invariant_id not in self.acted_on \
@@ -305,4 +311,17 @@ class CheckSink:
         top = ", ".join(f"{inv} x{n}" for inv, n in worst) + (", ..." if len(self.violated) > 3 else "")
         where = getattr(self.log, "path", None)
         return (f"check summary (rank {self.rank}): {self.violations} violations of "
-                f"{len(self.violated)} invariants ({top}); {checked}" + (f"; details in {where}" if where else ""))
+                f"{len(self.violated)} invariants ({top}); {checked}" + (f"; details in {where}" if where else "")
+                + self._likely_cause())
+
+    def _likely_cause(self) -> str:
+        """The top-ranked group of the first violations, as ``traincheck report`` would rank it."""
+        from traincheck_agent.check.triage import triage
+
+        groups = triage(self.records, self.by_id)
+        if not groups:
+            return ""
+        top = groups[0]
+        where = f" {top.pattern}" if top.pattern else ""
+        return (f"; likely cause first ({len(groups)} groups): {top.relation} {top.subject}{where} "
+                f"from step {top.first_step}: {top.expected}")
