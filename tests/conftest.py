@@ -48,6 +48,17 @@ class Trace:
         ]
 
 
+MLP = str(PIPELINES / "mlp_train.py")
+
+
+def collect_mlp(root: Path, name: str, *args: str) -> Path:
+    """Collect a trace of the MLP pipeline with ``args`` under ``root / name``."""
+    out = root / name
+    proc = run_python([MLP, *args], agent_env("collect", out))
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
 def read_traces(out_dir: Path) -> list[Trace]:
     traces = []
     for path in find_trace_files([out_dir]):

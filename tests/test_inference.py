@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, run_python
+from conftest import PIPELINES, agent_env, collect_mlp, run_python
 
 from traincheck_agent.inference import stream
 from traincheck_agent.inference.engine import check_offline, infer_invariants
@@ -19,14 +19,7 @@ from traincheck_agent.inference.invariant import (
     write_invariants,
 )
 
-MLP = str(PIPELINES / "mlp_train.py")
-
-
-def _collect(root: Path, name: str, *args: str) -> Path:
-    out = root / name
-    proc = run_python([MLP, *args], agent_env("collect", out))
-    assert proc.returncode == 0, proc.stderr
-    return out
+_collect = collect_mlp
 
 
 @pytest.fixture(scope="module")

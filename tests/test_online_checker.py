@@ -4,20 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import PIPELINES, agent_env, run_python
+from conftest import collect_mlp
 
 from traincheck_agent.check.online import OnlineChecker
 from traincheck_agent.inference.engine import check_offline, infer_invariants
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 
-MLP = str(PIPELINES / "mlp_train.py")
-
-
-def _collect(root: Path, name: str, *args: str) -> Path:
-    out = root / name
-    proc = run_python([MLP, *args], agent_env("collect", out))
-    assert proc.returncode == 0, proc.stderr
-    return out
+_collect = collect_mlp
 
 
 def _online(invariants, trace_dir: Path) -> tuple[list[dict], list[int]]:
