@@ -16,6 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from traincheck_agent.inference.call_context import context_features, module_training
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     FeatureExample,
@@ -47,14 +48,6 @@ PRIORITY = ("module_training", "phase", "grad_enabled", "autocast")
 _UNKNOWN = "unknown"
 
 
-def _module_flag(record: dict[str, Any]) -> bool | None:
-    """The training flag of the module a call record is the forward of, if it is one."""
-    receiver = (record.get("args") or {}).get("self")
-    if isinstance(receiver, dict) and isinstance(receiver.get("training"), bool):
-        return receiver["training"]
-    return None
-
-
 Waiting = list[tuple[dict[str, Any], list[tuple[str, bool]]]]
 
 
@@ -73,7 +66,7 @@ class Collector(StreamCollector):
         flags = [(k, v) for k, v in (record.get("args") or {}).items() if isinstance(v, bool)]
         children = self.waiting.pop(record.get("id"), [])
         out: list[FlagExample] = []
-        module_flag = _module_flag(record)
+        module_flag = module_training(record)
         if module_flag is not None:
             out += self._examples(children, module_flag)
             children = []
@@ -93,12 +86,10 @@ class Collector(StreamCollector):
             out += self._examples(children, _UNKNOWN)
         return out
 
-    def _examples(self, calls: Waiting, module_training: Any) -> list[FlagExample]:
+    def _examples(self, calls: Waiting, enclosing: Any) -> list[FlagExample]:
         out = []
         for record, flags in calls:
-            ctx = record.get("ctx") or {}
-            features = (("autocast", ctx.get("autocast")), ("grad_enabled", ctx.get("grad", True)),
-                        ("module_training", module_training), ("phase", record.get("phase")))
+            features = tuple(sorted({**context_features(record), "module_training": enclosing}.items()))
             out += [FlagExample(record["api"], name, value, int(record.get("step", -1)), self.source.label, features)
                     for name, value in flags]
         return out

@@ -16,6 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from traincheck_agent.inference.call_context import context_features, module_training
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     FeatureExample,
@@ -43,17 +44,8 @@ class ContainExample(FeatureExample):
     features: tuple[tuple[str, Any], ...]
 
 
-def _is_module_call(record: dict[str, Any]) -> bool:
-    receiver = (record.get("args") or {}).get("self")
-    return isinstance(receiver, dict) and isinstance(receiver.get("training"), bool)
-
-
 def _features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    ctx = record.get("ctx") or {}
-    receiver = (record.get("args") or {}).get("self")
-    training = receiver.get("training") if isinstance(receiver, dict) else None
-    return (("autocast", ctx.get("autocast")), ("grad_enabled", ctx.get("grad", True)),
-            ("phase", record.get("phase")), ("self.training", training))
+    return tuple(sorted({**context_features(record), "self.training": module_training(record)}.items()))
 
 
 class Collector(StreamCollector):
@@ -65,7 +57,7 @@ class Collector(StreamCollector):
         if record.get("kind") != KIND_CALL:
             return []
         api = str(record.get("api"))
-        if record.get("parent") is not None and not _is_module_call(record):
+        if record.get("parent") is not None and module_training(record) is None:
             self.children[record["parent"]].add(api)
         called = self.children.pop(record.get("id"), set())
         return [ContainExample(api, frozenset(called), int(record.get("step", -1)), self.source.label,

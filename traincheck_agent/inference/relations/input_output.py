@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from traincheck_agent.inference.call_context import call_features
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     FeatureExample,
@@ -20,7 +21,6 @@ from traincheck_agent.inference.preconditions import (
     holds_all,
     with_condition,
 )
-from traincheck_agent.inference.relations.output_dtype import call_features
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.trace.schema import KIND_CALL
 

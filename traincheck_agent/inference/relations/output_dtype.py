@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from traincheck_agent.inference.call_context import call_features, receiver_name, tensor_dtype
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     Clause,
@@ -38,53 +39,16 @@ class CallExample(FeatureExample):
     receiver: str = ""  # the module's name, for module calls
 
 
-def _receiver_name(record: dict[str, Any]) -> str:
-    receiver = (record.get("args") or {}).get("self")
-    return str(receiver.get("name", "")) if isinstance(receiver, dict) else ""
-
-
-def _tensor_dtype(desc: Any) -> str | None:
-    if isinstance(desc, dict):
-        if desc.get("t") in ("Tensor", "Parameter"):
-            return desc.get("dtype")
-        for item in desc.get("items", []) if isinstance(desc.get("items"), list) else []:
-            found = _tensor_dtype(item)
-            if found is not None:
-                return found
-    return None
-
-
-def call_features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """The context of a call record that preconditions may use."""
-    ctx = record.get("ctx") or {}
-    args = record.get("args") or {}
-    out: dict[str, Any] = {
-        "autocast": ctx.get("autocast"),
-        "grad_enabled": ctx.get("grad", True),
-        "phase": record.get("phase"),
-    }
-    self_desc = args.get("self")
-    if isinstance(self_desc, dict):
-        out["self.type"] = self_desc.get("t")
-    for name, desc in args.items():
-        if name != "self":
-            dtype = _tensor_dtype(desc)
-            if dtype is not None:
-                out["input.dtype"] = dtype
-                break
-    return tuple(sorted(out.items()))
-
-
 class Collector(StreamCollector):
     def feed(self, record: dict[str, Any]) -> list[CallExample]:
         if record.get("kind") != KIND_CALL or record.get("exc"):
             return []
-        dtype = _tensor_dtype(record.get("ret"))
+        dtype = tensor_dtype(record.get("ret"))
         if dtype is None:
             return []
         api = record["api"]
         return [CallExample(api, dtype, int(record.get("step", -1)), self.source.label, call_features(record),
-                            _receiver_name(record))]
+                            receiver_name(record))]
 
 
 def key_of(example: CallExample) -> str:

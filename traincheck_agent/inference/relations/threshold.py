@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from traincheck_agent.inference.call_context import context_features, receiver
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     Clause,
@@ -106,11 +107,9 @@ def _output_properties(ret: Any, args: dict[str, Any]) -> dict[str, Number]:
 
 
 def _features(record: dict[str, Any], args: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    ctx = record.get("ctx") or {}
-    out: dict[str, Any] = {"autocast": ctx.get("autocast"), "grad_enabled": ctx.get("grad", True),
-                           "phase": record.get("phase")}
-    self_desc = args.get("self")
-    if isinstance(self_desc, dict):
+    out = context_features(record)
+    self_desc = receiver(record)
+    if self_desc is not None:
         out["self.type"] = self_desc.get("t")
     for name, value in args.items():
         if isinstance(value, bool):
