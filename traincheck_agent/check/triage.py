@@ -103,11 +103,18 @@ def relation_kind(relation: str) -> str:
 _KIND_ORDER = {"state": 0, "ordering": 1, "other": 2}
 
 
+def _about(record: dict[str, Any], invariant: Invariant | None, field: str) -> Any:
+    """A field of the invariant (``subject``, ``support``, ``description``), or, when the
+    invariants file is not at hand, the copy the record's evidence carries."""
+    if invariant is not None:
+        return getattr(invariant, field)
+    evidence = record.get("evidence")
+    key = "expected" if field == "description" else field
+    return evidence.get(key) if isinstance(evidence, dict) else None
+
+
 def _subject_of(record: dict[str, Any], invariant: Invariant | None) -> str:
-    subject = invariant.subject if invariant is not None else None
-    if subject is None:
-        evidence = record.get("evidence")
-        subject = evidence.get("subject") if isinstance(evidence, dict) else None
+    subject = _about(record, invariant, "subject")
     if isinstance(subject, dict):
         for key in ("event", "api"):
             if subject.get(key):
@@ -116,10 +123,7 @@ def _subject_of(record: dict[str, Any], invariant: Invariant | None) -> str:
 
 
 def _support_of(record: dict[str, Any], invariant: Invariant | None) -> int:
-    support = invariant.support if invariant is not None else None
-    if support is None:
-        evidence = record.get("evidence")
-        support = evidence.get("support") if isinstance(evidence, dict) else None
+    support = _about(record, invariant, "support")
     if isinstance(support, dict):
         passing = support.get("passing", 0)
         if isinstance(passing, int) and not isinstance(passing, bool):
@@ -128,12 +132,10 @@ def _support_of(record: dict[str, Any], invariant: Invariant | None) -> int:
 
 
 def _expected_of(record: dict[str, Any], invariant: Invariant | None) -> str:
-    if invariant is not None and invariant.description:
-        return invariant.description
-    evidence = record.get("evidence")
-    if isinstance(evidence, dict) and evidence.get("expected"):
-        return str(evidence["expected"])
-    return ""
+    expected = _about(record, invariant, "description")
+    if not expected and invariant is not None:  # an invariant without a description
+        expected = _about(record, None, "description")
+    return str(expected or "")
 
 
 def _step(record: dict[str, Any]) -> int | None:
