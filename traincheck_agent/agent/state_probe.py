@@ -126,12 +126,14 @@ class StateProbe:
     def _params(self, base: dict[str, Any], items: Iterable[str], params: list[tuple[str, torch.Tensor]]) -> None:
         want_data = "params.data" in items
         want_grad = "params.grad" in items
-        tensors: list[torch.Tensor] = []
+        tensors: list[torch.Tensor] = []  # read in place (fingerprints only read, under no_grad)
         for _, p in params:
             if want_data:
-                tensors.append(p.detach())
-            if want_grad and p.grad is not None:
-                tensors.append(p.grad.detach())
+                tensors.append(p)
+            if want_grad:
+                grad = p.grad
+                if grad is not None:
+                    tensors.append(grad)
         fps = iter(fingerprint_tensors(tensors))
         extra_attrs = self.policy.param_attributes
         owners = self.registry.param_owner

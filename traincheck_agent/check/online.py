@@ -26,7 +26,7 @@ from typing import Any
 from traincheck_agent.check.rank_exchange import StoreExchange, decode, encode
 from traincheck_agent.inference.engine import RELATIONS
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.stream import Collector, TraceSource
+from traincheck_agent.inference.stream import Collector, TraceSource, route_by_kind
 from traincheck_agent.trace.schema import KIND_HEADER
 
 Report = Callable[[dict[str, Any]], None]
@@ -41,6 +41,9 @@ class _Watch:
         for inv in invariants:
             self.by_key[relation.invariant_key(inv)].append(inv)
         self.collector: Collector | None = None
+        record_filter = getattr(relation, "record_filter", None)
+        self.accepts: Callable[[dict[str, Any]], bool] | None = (
+            None if record_filter is None else record_filter(invariants))
 
     def judge(self, examples: Any, report: Report) -> None:
         relation = self.relation
@@ -149,6 +152,9 @@ class OnlineChecker:
         self._exchange_factory = exchange
         self.skipped_relations = [w.relation.RELATION for w in self._rank_watches]
         self._step = -1
+        # Which watches each record kind goes to; set once the header has made the collectors.
+        self._routes: dict[str, list[_Watch]] = {}
+        self._rank_routes: dict[str, list[_Watch]] = {}
 
     @property
     def relations(self) -> list[str]:
@@ -160,17 +166,20 @@ class OnlineChecker:
         if record.get("kind") == KIND_HEADER:
             self._start(record)
             return
-        for watch in self._watches:
-            if watch.collector is not None:
-                watch.judge(watch.collector.feed(record), self.on_violation)
+        kind = record.get("kind")
+        for watch in self._routes.get(kind, ()):
+            if watch.accepts is not None and not watch.accepts(record):
+                continue
+            examples = watch.collector.feed(record)
+            if examples:
+                watch.judge(examples, self.on_violation)
         cross = self._cross_rank
         if cross is None:
             return
-        for watch in self._rank_watches:
-            if watch.collector is not None:
-                for half in watch.collector.feed(record):
-                    if watch.watched(half):
-                        cross.add(watch.relation.RELATION, half)
+        for watch in self._rank_routes.get(kind, ()):
+            for half in watch.collector.feed(record):
+                if watch.watched(half):
+                    cross.add(watch.relation.RELATION, half)
         step = record.get("step")
         if isinstance(step, int) and step > self._step:
             self._step = step
@@ -180,6 +189,7 @@ class OnlineChecker:
         source = TraceSource("online", str(header.get("run_id")), int(header.get("rank", 0) or 0))
         for watch in self._watches:
             watch.collector = watch.relation.Collector(source)
+        self._routes = route_by_kind((w.relation, w) for w in self._watches)
         if self._rank_watches and int(header.get("world_size", 1) or 1) > 1:
             self._cross_rank = _CrossRank(self._rank_watches, self._exchange_factory)
             self._cross_rank.run_id = source.run_id
@@ -187,8 +197,10 @@ class OnlineChecker:
             self.skipped_relations = []
             for watch in self._rank_watches:
                 watch.collector = watch.relation.Collector(source)
+            self._rank_routes = route_by_kind((w.relation, w) for w in self._rank_watches)
 
     def finish(self) -> None:
+        self._routes = {}
         for watch in self._watches:
             if watch.collector is not None:
                 watch.judge(watch.collector.finish(), self.on_violation)

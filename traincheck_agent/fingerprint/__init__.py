@@ -115,7 +115,7 @@ def _device_batch(device: torch.device, tensors: list[torch.Tensor]) -> list[dic
 def _fingerprint_group(device: torch.device, tensors: list[torch.Tensor]) -> list[dict]:
     kind = device.type
     if kind == "cpu":
-        return [cpu.fingerprint_cpu(t) for t in tensors]
+        return cpu.fingerprint_cpu_batch(tensors)
     if kind == "meta":
         return [_marker("meta") for _ in tensors]
     return _device_batch(device, tensors)
@@ -129,6 +129,9 @@ def fingerprint_tensors(tensors: Sequence[torch.Tensor]) -> list[dict]:
     per-tensor host work is kept to a few attribute reads (it dominates for small tensors).
     """
     n = len(tensors)
+    with torch.no_grad():
+        if all(type(t) in _PLAIN_TYPES and t.is_cpu and t.layout is _STRIDED for t in tensors):
+            return cpu.fingerprint_cpu_batch(list(tensors))  # the common case: one host batch
     results: list[dict | None] = [None] * n
     groups: dict[torch.device, tuple[list[int], list[torch.Tensor]]] = {}
     with torch.no_grad():

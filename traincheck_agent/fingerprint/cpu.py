@@ -92,14 +92,59 @@ def _record(digest: str, zero: bool, nonfinite: bool, amax: float | None) -> dic
     return out
 
 
+# Flags of the last fingerprint taken at each memory span, reused while its hash is unchanged.
+# A snapshot sees most tensors unchanged since the previous point of the step (the grads from
+# after backward until zero_grad, the data from after one step until the next), and the hash
+# pass is cheaper than the flags' reduction. The hash decides, so a reused entry is exactly as
+# fresh as the "unchanged" verdict the checks draw from the same hash.
+_flags_memo: dict[tuple[int, int, torch.dtype], tuple[str, tuple[bool, bool, float]]] = {}
+FLAGS_MEMO_LIMIT = 1 << 14
+
+
+def _memo_flags(key: tuple[int, int, torch.dtype], digest: str, t: torch.Tensor) -> tuple[bool, bool, float]:
+    held = _flags_memo.get(key)
+    if held is not None and held[0] == digest:
+        return held[1]
+    flags = _float_flags(t)
+    if len(_flags_memo) >= FLAGS_MEMO_LIMIT:
+        _flags_memo.clear()
+    _flags_memo[key] = (digest, flags)
+    return flags
+
+
 def _fast_float(t: torch.Tensor) -> dict | None:
     """The common case without building a byte view: a contiguous float tensor, hashed from its
     memory in place (about half the per-tensor cost of the general path on small tensors)."""
-    if t.dtype not in _MINMAX_DTYPES or not t.is_contiguous() or t.is_neg() or t.numel() == 0:
+    dtype = t.dtype
+    if dtype not in _MINMAX_DTYPES or not t.is_contiguous() or t.is_neg() or t.numel() == 0:
         return None
     nbytes = t.numel() * t.element_size()
-    digest = xxhash.xxh3_64_hexdigest((ctypes.c_char * nbytes).from_address(t.data_ptr()))
-    return _record(digest, *_float_flags(t))
+    address = t.data_ptr()
+    digest = xxhash.xxh3_64_hexdigest((ctypes.c_char * nbytes).from_address(address))
+    return _record(digest, *_memo_flags((address, nbytes, dtype), digest, t))
+
+
+def fingerprint_cpu_batch(tensors: list[torch.Tensor]) -> list[dict]:
+    """``fingerprint_cpu`` of each tensor. The common case (a contiguous float tensor whose
+    flags are still memoised) is inlined: a snapshot fingerprints dozens of mostly small
+    tensors, where the per-tensor interpreter work outweighs reading the bytes."""
+    out = []
+    memo = _flags_memo
+    hexdigest = xxhash.xxh3_64_hexdigest
+    char = ctypes.c_char
+    for t in tensors:
+        dtype = t.dtype
+        nbytes = t.nbytes
+        if dtype in _MINMAX_DTYPES and nbytes and t.is_contiguous() and not t.is_neg():
+            address = t.data_ptr()
+            digest = hexdigest((char * nbytes).from_address(address))
+            key = (address, nbytes, dtype)
+            held = memo.get(key)
+            flags = held[1] if held is not None and held[0] == digest else _memo_flags(key, digest, t)
+            out.append(_record(digest, *flags))
+        else:
+            out.append(fingerprint_cpu(t))
+    return out
 
 
 def fingerprint_cpu(t: torch.Tensor) -> dict:

@@ -100,7 +100,10 @@ class TransitionCollector(Collector):
     def __init__(self, source: TraceSource) -> None:
         super().__init__(source)
         self.pending: dict[tuple[Any, str, str], dict[str, Any]] = {}
-        self.seen_in_step: set[tuple[str, str, int]] = set()
+        # (event, variable) pairs already seen in the current step; reset when the step moves
+        # on, so a long run holds one step's worth.
+        self.seen_in_step: set[tuple[str, str]] = set()
+        self.step_seen: Any = None
 
     def feed(self, record: dict[str, Any]) -> list[TransitionExample]:
         if record.get("kind") != KIND_STATE or record.get("call") is None:
@@ -114,7 +117,11 @@ class TransitionCollector(Collector):
         before = self.pending.pop(key, None)
         if when != "after" or before is None:
             return []
-        occurrence = (event, str(record.get("var")), record.get("step", -1))
+        step = record.get("step", -1)
+        if step != self.step_seen:
+            self.step_seen = step
+            self.seen_in_step.clear()
+        occurrence = (event, str(record.get("var")))
         first_in_step = occurrence not in self.seen_in_step
         self.seen_in_step.add(occurrence)
         features = _features(record, before, first_in_step)
@@ -133,7 +140,7 @@ class TransitionCollector(Collector):
                 after_class=value_class(a),
                 features=features,
                 trace=self.source.label,
-                step=record.get("step", -1),
+                step=step,
                 var=str(record.get("var")),
                 update_negligible=negligible,
             ))

@@ -4,12 +4,16 @@ offline checks and the online checker in the training process share one code pat
 A relation module provides:
 
 * ``RELATION``: its name;
+* ``READS``: the record kinds (``trace.schema``) its collector reads; records of other kinds
+  are never fed to it;
 * ``Collector(source)``: the per-trace (per-process) state machine; ``feed(record)`` returns
   the examples that record completes, ``finish()`` those complete at the end of the trace;
 * ``key_of(example)`` / ``invariant_key(invariant)``: the group of examples a hypothesis is
   judged on, and the group an invariant watches;
 * ``infer(groups, sources)``: hypothesise, split passing from failing, deduce preconditions;
 * ``violates(invariant, example)`` and ``violation(invariant, example)``;
+* optionally ``record_filter(invariants)``: for checking, a predicate on records that keeps
+  only those the given invariants can be judged on (the collector sees no others);
 * optionally ``finalize(groups)``: work that needs every trace, run once after the last one
   (joining the ranks' halves of cross-rank examples, ordering);
 * for cross-rank relations, ``HALF``: the class of what one rank contributes to an example
@@ -26,11 +30,12 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 
 Groups = dict[Hashable, list[Any]]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,18 @@ class Collector:
         return ()
 
 
+def route_by_kind(targets: Iterable[tuple[ModuleType, T]]) -> dict[str, list[T]]:
+    """For each record kind, the targets whose relation reads it (``READS``), in order.
+
+    Most records concern a few relations only (state snapshots feed two of them), so routing
+    by kind spares every other collector a call per record."""
+    routes: dict[str, list[T]] = defaultdict(list)
+    for relation, target in targets:
+        for kind in relation.READS:
+            routes[kind].append(target)
+    return dict(routes)
+
+
 def collect_all(relations: Iterable[ModuleType], paths: Iterable[str | Path]) -> dict[str, Groups]:
     """The example groups of every relation, from one pass over each trace under ``paths``."""
     relations = list(relations)
@@ -68,8 +85,9 @@ def collect_all(relations: Iterable[ModuleType], paths: Iterable[str | Path]) ->
         trace = TraceFile(path)
         source = TraceSource.of(trace)
         collectors = [(r.key_of, out[r.RELATION], r.Collector(source)) for r in relations]
+        routes = route_by_kind(zip(relations, collectors, strict=True))
         for record in trace.records():
-            for key_of, groups, collector in collectors:
+            for key_of, groups, collector in routes.get(record.get("kind"), ()):
                 for example in collector.feed(record):
                     groups[key_of(example)].append(example)
         for key_of, groups, collector in collectors:

@@ -29,6 +29,7 @@ from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "APISequence"
+READS = (KIND_CALL,)  # the record kinds its collector reads
 MIN_INTERVALS = 5
 MIN_LEADS = 2
 

@@ -30,6 +30,7 @@ from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_STATE
 
 RELATION = "CrossRankConsistent"
+READS = (KIND_STATE,)  # the record kinds its collector reads
 # A backward inside DDP's no_sync keeps its grads local: when the references never had one, the
 # invariant is scoped to synchronised backwards and says nothing about the others.
 SCOPE_FEATURES = ("grad_sync",)

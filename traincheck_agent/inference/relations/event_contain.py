@@ -29,6 +29,7 @@ from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "EventContain"
+READS = (KIND_CALL,)  # the record kinds its collector reads
 MIN_PASSING = 5
 MIN_STEPS = 2
 

@@ -25,6 +25,7 @@ from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "ConsistentInputOutput"
+READS = (KIND_CALL,)  # the record kinds its collector reads
 MIN_PASSING = 5
 MIN_STEPS = 2
 MIN_SIZES = 2

@@ -20,6 +20,7 @@ value may differ between references (another lr is still a constant lr).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
@@ -36,6 +37,7 @@ from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_STATE
 
 RELATION = "VarPeriodicChange"
+READS = (KIND_STATE,)  # the record kinds its collector reads
 MIN_CHANGES = 3  # changes a hypothesis must have seen, over all references
 MIN_CONSTANT_STEPS = 5  # recorded steps a constant must have been seen over
 CONSTANT = 0  # the period of an attribute that never changes
@@ -122,6 +124,12 @@ class Collector(StreamCollector):
 
     def finish(self) -> list[ChangeExample]:
         return [self._pair(key, self.settled[key], held) for key, held in self.latest.items() if key in self.settled]
+
+
+def record_filter(invariants: list[Invariant]) -> Callable[[dict[str, Any]], bool]:
+    """Checking only: the snapshots of the watched variables are all the collector needs."""
+    wanted = {(i.subject["event"], i.subject["vtype"], i.subject["variable"]) for i in invariants}
+    return lambda record: (record.get("where"), record.get("vtype"), record.get("var")) in wanted
 
 
 def key_of(example: ChangeExample) -> Key:

@@ -29,8 +29,10 @@ from traincheck_agent.inference.preconditions import (
     scoped,
     with_condition,
 )
+from traincheck_agent.trace.schema import KIND_STATE
 
 RELATION = "StateTransition"
+READS = (KIND_STATE,)  # the record kinds its collector reads
 MIN_PASSING = 5
 MIN_STEPS = 2
 
