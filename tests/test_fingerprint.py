@@ -436,6 +436,39 @@ def test_batch_equals_one_by_one_in_order():
     assert fingerprint_tensors([]) == []
 
 
+def test_all_cpu_batch_equals_the_general_path():
+    """The all-CPU fast batch (floats, views, ints, Parameters, a grad) gives what each tensor
+    gets on its own through the general path."""
+    from traincheck_agent.fingerprint import cpu
+
+    p = torch.nn.Parameter(sample(torch.float32, (6, 4), seed=1))
+    p.grad = sample(torch.float32, (6, 4), seed=2)
+    ts = [p, p.grad, sample(torch.float64, (8, 8), seed=3).t(), sample(torch.int64, (7,), seed=4),
+          sample(torch.bfloat16, (3, 5), seed=5), torch.zeros(0), torch.tensor(float("nan"))]
+    cpu._flags_memo.clear()
+    expected = [cpu.fingerprint_cpu(t.detach()) for t in ts]
+    cpu._flags_memo.clear()
+    assert fingerprint_tensors(ts) == expected
+    assert fingerprint_tensors(ts) == expected  # second time from the memo
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_memoised_flags_follow_content_changes_in_place(dtype):
+    """Flags are reused only while the hash is unchanged: an in-place write to the same memory
+    (no new tensor, no version bump through .data) shows in both the hash and the flags."""
+    w = torch.nn.Parameter(torch.ones(64, dtype=dtype))
+    first = fingerprint_tensor(w)
+    assert not first["zero"] and not first["nonfinite"]
+    w.data[7] = float("inf")
+    second = fingerprint_tensor(w)
+    assert second["h"] != first["h"] and second["nonfinite"]
+    w.data.zero_()
+    third = fingerprint_tensor(w)
+    assert third["zero"] and not third["nonfinite"]
+    w.data.fill_(1.0)
+    assert fingerprint_tensor(w) == first
+
+
 def test_markers():
     assert fingerprint_tensor(torch.empty(3, 4, device="meta")) == {
         "h": "meta:", "zero": False, "nonfinite": False,

@@ -190,3 +190,23 @@ def test_irregular_or_rare_changes_are_not_periodic():
     every_other = {s: 0.1 * 0.5 ** (s // 2) for s in range(12)}
     inv = _only(pc.infer(_group(every_other), ()))
     assert (inv.subject["period"], inv.subject["offset"]) == (2, 0)
+
+
+def test_online_checker_agrees_with_the_offline_check(runs):
+    """The online checker only feeds the collector the snapshots of watched variables
+    (``record_filter``); its verdicts are still those of the offline check."""
+    from traincheck_agent.check.online import OnlineChecker
+    from traincheck_agent.trace.reader import TraceFile, find_trace_files
+
+    step = _only(_infer(runs, "step_ref", "step_ref2"))
+    for name in ("step_no_step", "step_double", "step_clean"):
+        found: list[dict] = []
+        checker = OnlineChecker([step], found.append)
+        (path,) = find_trace_files([runs[name].path])
+        trace = TraceFile(path)
+        checker.feed(trace.header)
+        for record in trace.records():
+            checker.feed(record)
+        checker.finish()
+        offline = [(v["step"], v["message"]) for v in _violations(step, runs[name])]
+        assert sorted((v["step"], v["message"]) for v in found) == offline, name
