@@ -19,12 +19,15 @@ from traincheck_agent.messages import warn
 MODES = ("off", "collect", "check")
 ACTIVE_MODES = ("collect", "check")
 ACTIONS = ("log", "raise", "abort")
+CHECKERS = ("process", "thread")  # TRAINCHECK_CHECKER; the first is the default
 
 ENV_VARS: dict[str, str] = {
     "TRAINCHECK_MODE": "off (default) | collect | check. Nothing happens unless set.",
     "TRAINCHECK_OUT": "Directory for traces and violation logs (default ./traincheck_out).",
     "TRAINCHECK_INV": "check mode: invariants files, ':'-separated (required; a bad file is skipped with a warning).",
     "TRAINCHECK_ACTION": "check mode: log (default) | raise | abort, what a violation does to the training process.",
+    "TRAINCHECK_CHECKER": "check mode: process (default) | thread, where the online checker runs "
+                          "(raise and abort always check in the training process).",
     "TRAINCHECK_CHECK_TRACE": "check mode: 1 = also write the trace of what was checked (default 0).",
     "TRAINCHECK_POLICY": "Extra policy files, ':'-separated; later files add to or override earlier ones.",
     "TRAINCHECK_NO_DEFAULT_POLICIES": "1 = load only the files in TRAINCHECK_POLICY.",
@@ -67,14 +70,16 @@ def _flag(env: Mapping[str, str], name: str) -> bool:
     return False
 
 
-def _action(env: Mapping[str, str]) -> str:
-    raw = env.get("TRAINCHECK_ACTION")
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """The value of ``name`` among ``choices`` (case-insensitive); the first choice when unset
+    or unknown (with a warning)."""
+    raw = env.get(name)
     if raw is None or raw.strip() == "":
-        return "log"
+        return choices[0]
     value = raw.strip().lower()
-    if value not in ACTIONS:
-        warn(f"TRAINCHECK_ACTION={raw!r} is not one of {', '.join(ACTIONS)}; using log")
-        return "log"
+    if value not in choices:
+        warn(f"{name}={raw!r} is not one of {', '.join(choices)}; using {choices[0]}")
+        return choices[0]
     return value
 
 
@@ -108,6 +113,8 @@ class Settings:
     invariant_files: tuple[Path, ...] = ()
     action: str = "log"
     check_trace: bool = False
+    # Where the online checker runs: a child process (the default) or a thread of this one.
+    checker: str = "process"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, mode: str | None = None) -> Settings:
@@ -124,6 +131,7 @@ class Settings:
             flush_max_records=int(_float(env, "TRAINCHECK_FLUSH_RECORDS", 2000, 1)),
             skip_programs=skip,
             invariant_files=_split_paths(env.get("TRAINCHECK_INV")),
-            action=_action(env) if resolved_mode == "check" else "log",
+            action=_choice(env, "TRAINCHECK_ACTION", ACTIONS) if resolved_mode == "check" else "log",
+            checker=_choice(env, "TRAINCHECK_CHECKER", CHECKERS) if resolved_mode == "check" else "thread",
             check_trace=_flag(env, "TRAINCHECK_CHECK_TRACE") if resolved_mode == "check" else False,
         )

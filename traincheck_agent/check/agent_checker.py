@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from traincheck_agent.agent.dist_info import launcher_facts
+from traincheck_agent.check.checker_process import CheckerProcess
 from traincheck_agent.check.requirements import (
+    CROSS_RANK_RELATIONS,
     SINGLE_PROCESS,
     CallSelection,
     reduce_policy,
@@ -133,7 +135,8 @@ def prepare_check(settings: Settings, policy: Policy) -> CheckSetup | None:
     if not_in_policy:
         debug(f"check mode: recorded by the core probes if seen: {', '.join(not_in_policy)}")
     sink = CheckSink(req.checked, out_dir=settings.out_dir, action=settings.action, run_id=settings.run_id,
-                     host=settings.host, on_error=_runtime_error, request_action=_runtime_request_action)
+                     host=settings.host, on_error=_runtime_error, request_action=_runtime_request_action,
+                     checker=settings.checker)
     return CheckSetup(reduced, req.selection(), sink)
 
 
@@ -167,11 +170,14 @@ class CheckSink:
 
     def __init__(self, invariants: Iterable[Invariant], *, out_dir: Path, action: str = "log",
                  run_id: str | None = None, host: str | None = None, on_error: OnError | None = None,
-                 request_action: RequestAction | None = None) -> None:
+                 request_action: RequestAction | None = None, checker: str = "thread") -> None:
         self.invariants = list(invariants)
         self.by_id = {inv.id: inv for inv in self.invariants}
         self.out_dir = Path(out_dir)
         self.action = action
+        # "process": judge in a child process (log only: raise / abort need the verdict in step
+        # with the training thread); "thread": in this process, on the writer's thread.
+        self.checker_kind = checker if action == "log" else "thread"
         self.run_id = run_id
         self.host = host
         self.on_error = on_error
@@ -180,7 +186,9 @@ class CheckSink:
         self._reset()
 
     def _reset(self) -> None:
-        self.checker: Any = None
+        self.checker: Any = None  # the in-process checker (all invariants, or the cross-rank ones)
+        self.process: CheckerProcess | None = None
+        self.header: dict[str, Any] | None = None
         self.log: Any = None
         self.rank = 0
         self.fed = 0
@@ -191,22 +199,44 @@ class CheckSink:
         self.errors = 0
         self.broken = False
         self.closed = False
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # feeding and closing
+        self._report_lock = threading.RLock()  # violations, from the feeding or the reader thread
 
     # ----------------------------------------------------------------- RecordSink
 
     def consume(self, records: list[dict]) -> None:
         with self._lock:
-            for record in records:
-                if self.broken or self.closed:
-                    return
+            if self.broken or self.closed or not records:
+                return
+            if self.header is None:
                 try:
-                    if self.checker is None:
-                        self._start(record)
-                    self.checker.feed(record)
-                    self.fed += 1
+                    self._start(records[0])
                 except Exception as exc:
                     self._error("checker", exc)
+                    return
+            if self.process is not None:
+                try:
+                    self.process.send(records)
+                    self.fed += len(records)
+                except OSError as exc:
+                    self._checker_process_failed(f"cannot feed the checker process ({exc})")
+            self._feed_here(records)
+
+    def _feed_here(self, records: list[dict]) -> None:
+        """Feed the in-process checker (every invariant, or the cross-rank ones only)."""
+        checker = self.checker
+        if checker is None:
+            return
+        counts = self.process is None
+        for record in records:
+            if self.broken:
+                return
+            try:
+                checker.feed(record)
+                if counts:
+                    self.fed += 1
+            except Exception as exc:
+                self._error("checker", exc)
 
     def close(self) -> None:
         """Finish the checker on what it got, close the log, print the summary line."""
@@ -214,9 +244,12 @@ class CheckSink:
             if self.closed:
                 return
             self.closed = True
-            if self.checker is None:
+            if self.header is None:
                 return  # nothing was recorded in this process
-            if not self.broken:
+            if self.process is not None and not self.process.close(CLOSE_TIMEOUT_S) and not self.broken:
+                self._error("checker", RuntimeError(
+                    f"the checker process did not finish within {CLOSE_TIMEOUT_S:g} s; its last checks are missing"))
+            if self.checker is not None and not self.broken:
                 try:
                     self.checker.finish()
                 except Exception as exc:
@@ -230,7 +263,10 @@ class CheckSink:
             debug(f"check mode: {self.fed} records checked")
 
     def after_fork(self) -> None:
-        """A forked child checks its own records from its own header on."""
+        """A forked child checks its own records from its own header on, in its own thread."""
+        if self.process is not None:
+            self.process.forget_after_fork()
+        self.checker_kind = "thread"
         self._reset()
 
     # ----------------------------------------------------------------- internals
@@ -244,10 +280,53 @@ class CheckSink:
         rank = header.get("rank")
         self.rank = rank if isinstance(rank, int) else 0
         self.log = ViolationLog(self.out_dir, self.rank)
+        self.header = header
+        here = self.invariants
+        if self.checker_kind == "process":
+            local = [i for i in self.invariants if i.relation not in CROSS_RANK_RELATIONS]
+            process = CheckerProcess(local, self._on_violation, self._on_process_error, self._on_process_lost)
+            try:
+                process.start()
+            except OSError as exc:
+                warn(f"cannot start the checker process ({exc}); checking in the training process")
+            else:
+                self.process = process
+                here = [i for i in self.invariants if i.relation in CROSS_RANK_RELATIONS]
+                debug(f"check mode: checking in a child process (pid {process.proc.pid})")
+        self.checker = OnlineChecker(here, self._on_violation) if here else None
+
+    def _on_process_error(self, message: str) -> None:
+        with self._report_lock:
+            self._error("checker", RuntimeError(message))
+
+    def _on_process_lost(self, message: str) -> None:
+        if not self.closed:  # close() holds the lock while it waits for the reader
+            with self._lock:
+                if not self.closed:
+                    self._checker_process_failed(message)
+                    return
+        self._on_process_error(message)
+
+    def _checker_process_failed(self, reason: str) -> None:
+        """Carry on in this process from the next record: the invariants the child judged get a
+        fresh checker here (examples it held half-built are lost), and the user is told."""
+        process, self.process = self.process, None
+        if process is None or self.header is None:
+            return
+        process.close(0.0)
+        warn(f"{reason}; checking continues in the training process")
+        from traincheck_agent.check.online import OnlineChecker
+
         self.checker = OnlineChecker(self.invariants, self._on_violation)
+        self.checker.feed(self.header)
 
     def _on_violation(self, violation: dict[str, Any]) -> None:
-        """Called by the checker (in this sink's thread) for each violation it finds."""
+        """Called by a checker (the in-process one, or the reader of the checker process) for
+        each violation it finds."""
+        with self._report_lock:
+            self._report(violation)
+
+    def _report(self, violation: dict[str, Any]) -> None:
         invariant_id = str(violation.get("invariant") or "")
         try:
             from traincheck_agent.check.violations import violation_record
