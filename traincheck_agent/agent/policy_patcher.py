@@ -20,7 +20,7 @@ import wrapt
 from traincheck_agent.agent import runtime
 from traincheck_agent.agent.patching import is_traced, wrap_attribute
 from traincheck_agent.messages import warn
-from traincheck_agent.policy.model import ApiRule, Policy
+from traincheck_agent.policy.model import ApiRule, Policy, glob_matcher
 
 _GLOB_CHARS = set("*?[")
 
@@ -44,10 +44,10 @@ def _is_function(obj: Any) -> bool:
 def candidates(module: types.ModuleType, rule: ApiRule) -> Iterator[tuple[str, Any, str]]:
     """Yield (relative name, owner, attribute) for every target of ``rule`` in ``module``."""
     namespace = vars(module)
-    exact_classes = {p.split(".", 1)[0] for p in rule.include if "." in p}
+    class_matches = glob_matcher(tuple(sorted({p.split(".", 1)[0] for p in rule.include if "." in p})))
     for name, obj in list(namespace.items()):
         if inspect.isclass(obj):
-            if not any(fnmatch.fnmatchcase(name, c) for c in exact_classes):
+            if not class_matches(name):
                 continue
             for attr, member in list(vars(obj).items()):
                 if isinstance(member, _METHOD_TYPES) or is_traced(member):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 # What can be recorded about arguments and return values.
@@ -27,6 +30,16 @@ STATE_ITEMS = (
 )
 
 
+@functools.lru_cache(maxsize=1024)
+def glob_matcher(patterns: tuple[str, ...]) -> Callable[[str], bool]:
+    """Whether a name matches any of the shell-style ``patterns`` (case-sensitive), as one
+    compiled regex: patching tests every function and method of a module against them."""
+    if not patterns:
+        return lambda name: False
+    regex = re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+    return lambda name: regex.match(name) is not None
+
+
 @dataclass(frozen=True)
 class ApiRule:
     """Wrap the functions / methods of ``module`` whose names match ``include`` and not ``exclude``.
@@ -45,9 +58,7 @@ class ApiRule:
     source: str = ""
 
     def matches(self, name: str) -> bool:
-        if not any(fnmatch.fnmatchcase(name, pat) for pat in self.include):
-            return False
-        return not any(fnmatch.fnmatchcase(name, pat) for pat in self.exclude)
+        return glob_matcher(self.include)(name) and not glob_matcher(self.exclude)(name)
 
 
 @dataclass(frozen=True)
@@ -95,7 +106,7 @@ class Policy:
         return [r for r in self.apis.values() if r.module == module_name]
 
     def api_excluded(self, full_name: str) -> bool:
-        return any(fnmatch.fnmatchcase(full_name, pat) for pat in self.exclude_apis)
+        return glob_matcher(self.exclude_apis)(full_name)
 
     def state_rule(self, when: str, event: str) -> StateRule | None:
         return self.state.get(f"{when}:{event}")
