@@ -3,9 +3,11 @@
 First collects two clean reference runs of the example (other seeds) and infers their
 invariants, then runs the example plain, under ``TRAINCHECK_MODE=collect`` and under
 ``TRAINCHECK_MODE=check`` alternately (so machine noise hits all alike) and reports medians of
-process wall time, training-loop time and peak RSS (``run_measured`` of
-``bench_collect_overhead.py``). Two check variants:
+process wall time, training-loop time, peak RSS of the training process and of its process
+tree (the checker process included) (``run_measured`` of ``bench_collect_overhead.py``).
+Ratios are medians of per-repeat ratios against the plain run of the same repeat. Check variants:
 - ``check``: every invariant learned from the references (what a user gets);
+- ``check_thread``: the same, judged in a thread of the training process (TRAINCHECK_CHECKER=thread);
 - ``check_step_only``: only the StateTransition invariants of ``optimizer.step``, which
   selective instrumentation reduces to two snapshots per step and no call records.
 The check runs are clean (the references' script, another seed), so they must report nothing.
@@ -16,6 +18,7 @@ The check runs are clean (the references' script, another seed), so they must re
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import statistics
@@ -28,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_collect_overhead import run_measured  # noqa: E402
 
+import traincheck_agent  # noqa: E402
 from traincheck_agent.examples import cnn_train  # noqa: E402
 from traincheck_agent.inference.engine import infer_invariants  # noqa: E402
 from traincheck_agent.inference.invariant import write_invariants  # noqa: E402
@@ -76,11 +80,16 @@ def main() -> None:
             "plain": (None, {}),
             "collect": ("collect", {}),
             "check": ("check", {"TRAINCHECK_INV": str(every)}),
+            "check_thread": ("check", {"TRAINCHECK_INV": str(every), "TRAINCHECK_CHECKER": "thread"}),
             "check_step_only": ("check", {"TRAINCHECK_INV": str(step_only)}),
         }
         samples: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
         violations: dict[str, int] = {m: 0 for m in modes if m.startswith("check")}
-        run_measured(None, args.steps, tmp / "warm")  # warm the file cache
+        # Bytecode as an install leaves it (pip compiles on install; a source checkout may run
+        # with PYTHONDONTWRITEBYTECODE), and a warm file cache.
+        compileall.compile_dir(Path(traincheck_agent.__file__).parent, quiet=1)
+        run_measured(None, args.steps, tmp / "warm")
+        run_measured("check", args.steps, tmp / "warm_check", modes["check"][1])
         for i in range(args.repeats):
             for label, (mode, env) in modes.items():
                 out_dir = tmp / f"{label}{i}"
@@ -91,16 +100,21 @@ def main() -> None:
     def median(label: str, key: str) -> float:
         return statistics.median(s[key] for s in samples[label])
 
+    def paired_ratio(label: str, key: str) -> float:
+        """Median of the per-repeat ratios: each run against the plain run next to it, which
+        cancels the slow drifts of a shared machine that medians of each mode keep."""
+        return statistics.median(s[key] / p[key] for s, p in zip(samples[label], samples["plain"], strict=True))
+
     report: dict[str, object] = {"steps": args.steps, "repeats": args.repeats, "threads": args.threads or "default",
                                  "invariants": n_invariants,
                                  "violations_in_clean_check_runs": violations}
-    for key in ("wall_s", "train_s", "peak_rss_mb"):
+    for key in ("wall_s", "train_s", "peak_rss_mb", "tree_rss_mb"):
         plain = median("plain", key)
         figures: dict[str, float] = {"plain": round(plain, 4)}
         for label in modes:
             if label != "plain":
                 figures[label] = round(median(label, key), 4)
-                figures[f"{label}_ratio"] = round(median(label, key) / plain, 3)
+                figures[f"{label}_ratio"] = round(paired_ratio(label, key), 3)
         report[key] = figures
     print(json.dumps(report, indent=2))
 

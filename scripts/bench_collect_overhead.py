@@ -13,14 +13,18 @@ hits both alike) and reports medians:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+
+import psutil
 
 from traincheck_agent.examples import cnn_train
 
@@ -36,15 +40,45 @@ def run_measured(mode: str | None, steps: int, out_dir: Path, extra_env: dict[st
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([sys.executable, cnn_train.__file__, "--steps", str(steps)],
                                 env=env, stdout=out, stderr=err, text=True)
+        tree = _TreeMemory(proc.pid)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
+        tree.stop()
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         if proc.returncode != 0:
             raise SystemExit(f"example failed ({mode}): {err.read()}")
         result = json.loads(out.read().strip().splitlines()[-1])
-    return {"wall_s": wall, "train_s": result["train_seconds"], "peak_rss_mb": usage.ru_maxrss / 1024}
+    return {"wall_s": wall, "train_s": result["train_seconds"], "peak_rss_mb": usage.ru_maxrss / 1024,
+            "tree_rss_mb": max(tree.peak_mb, usage.ru_maxrss / 1024)}
+
+
+class _TreeMemory(threading.Thread):
+    """Samples the summed RSS of a process and its children (a checker process included) every
+    20 ms; ``wait4``'s peak covers the one process only."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.peak_mb, self._done = pid, 0.0, threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        try:
+            root = psutil.Process(self.pid)
+            while not self._done.wait(0.02):
+                procs = [root, *root.children(recursive=True)]
+                total = 0
+                for p in procs:
+                    with contextlib.suppress(psutil.Error):
+                        total += p.memory_info().rss
+                self.peak_mb = max(self.peak_mb, total / 2**20)
+        except psutil.Error:  # the process has ended
+            pass
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
 
 
 def main() -> None:
