@@ -30,8 +30,10 @@ from traincheck_agent.examples import cnn_train
 
 
 def run_measured(mode: str | None, steps: int, out_dir: Path, extra_env: dict[str, str] | None = None,
-                 ) -> dict[str, float]:
-    """Run the example once; ``extra_env`` adds agent variables (e.g. TRAINCHECK_INV)."""
+                 tree_memory: bool = False) -> dict[str, float]:
+    """Run the example once; ``extra_env`` adds agent variables (e.g. TRAINCHECK_INV).
+    ``tree_memory`` also samples the process tree's memory (its polling costs CPU: not in timed
+    runs)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINCHECK_")}
     if mode:
         env.update(TRAINCHECK_MODE=mode, TRAINCHECK_OUT=str(out_dir))
@@ -40,23 +42,26 @@ def run_measured(mode: str | None, steps: int, out_dir: Path, extra_env: dict[st
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([sys.executable, cnn_train.__file__, "--steps", str(steps)],
                                 env=env, stdout=out, stderr=err, text=True)
-        tree = _TreeMemory(proc.pid)
+        tree = _TreeMemory(proc.pid) if tree_memory else None
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
-        tree.stop()
+        if tree is not None:
+            tree.stop()
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         if proc.returncode != 0:
             raise SystemExit(f"example failed ({mode}): {err.read()}")
         result = json.loads(out.read().strip().splitlines()[-1])
-    return {"wall_s": wall, "train_s": result["train_seconds"], "peak_rss_mb": usage.ru_maxrss / 1024,
-            "tree_rss_mb": max(tree.peak_mb, usage.ru_maxrss / 1024)}
+    figures = {"wall_s": wall, "train_s": result["train_seconds"], "peak_rss_mb": usage.ru_maxrss / 1024}
+    if tree is not None:
+        figures["tree_rss_mb"] = max(tree.peak_mb, usage.ru_maxrss / 1024)
+    return figures
 
 
 class _TreeMemory(threading.Thread):
     """Samples the summed RSS of a process and its children (a checker process included) every
-    20 ms; ``wait4``'s peak covers the one process only."""
+    50 ms; ``wait4``'s peak covers the one process only."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
@@ -66,7 +71,7 @@ class _TreeMemory(threading.Thread):
     def run(self) -> None:
         try:
             root = psutil.Process(self.pid)
-            while not self._done.wait(0.02):
+            while not self._done.wait(0.05):
                 procs = [root, *root.children(recursive=True)]
                 total = 0
                 for p in procs:

@@ -157,3 +157,25 @@ def test_a_forked_helper_does_not_hold_the_checker_open(tmp_path):
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(helper, signal.SIGKILL)
+
+
+def test_settings_choose_the_checker_and_the_hand_over_interval(capsys):
+    from traincheck_agent.settings import Settings
+
+    check = Settings.from_env({"TRAINCHECK_MODE": "check"})
+    assert (check.checker, check.flush_interval_s) == ("process", 0.1)
+    assert Settings.from_env({"TRAINCHECK_MODE": "collect"}).flush_interval_s == 0.5
+    chosen = Settings.from_env({"TRAINCHECK_MODE": "check", "TRAINCHECK_CHECKER": " Thread ",
+                                "TRAINCHECK_FLUSH_INTERVAL": "0.3"})
+    assert (chosen.checker, chosen.flush_interval_s) == ("thread", 0.3)
+    bad = Settings.from_env({"TRAINCHECK_MODE": "check", "TRAINCHECK_CHECKER": "gpu"})
+    assert bad.checker == "process"
+    assert "TRAINCHECK_CHECKER='gpu' is not one of process, thread; using process" in capsys.readouterr().err
+
+
+def test_raise_and_abort_always_check_in_the_training_process(learned, tmp_path):
+    _, invariants, records = learned
+    for action in ("raise", "abort"):
+        sink = CheckSink(invariants, out_dir=tmp_path / action, action=action, checker="process")
+        sink.start_process()
+        assert sink.process is None and sink.checker_kind == "thread"

@@ -149,6 +149,10 @@ def start(mode: str) -> None:
         if check is None:  # the warning said why
             return
         policy = check.policy
+        if role is ProcessRole.SPAWN_CHILD:
+            check.sink.checker_kind = "thread"  # a worker of the training process: no child of its own
+        else:
+            check.sink.start_process()
 
     from traincheck_agent.agent.clock import TrainingClock
     from traincheck_agent.agent.trace_writer import TraceWriter, install_flush_on_exit

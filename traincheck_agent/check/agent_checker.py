@@ -244,8 +244,10 @@ class CheckSink:
             if self.closed:
                 return
             self.closed = True
-            if self.header is None:
-                return  # nothing was recorded in this process
+            if self.header is None:  # nothing was recorded in this process
+                if self.process is not None:
+                    self.process.close(1.0)
+                return
             if self.process is not None and not self.process.close(CLOSE_TIMEOUT_S) and not self.broken:
                 self._error("checker", RuntimeError(
                     f"the checker process did not finish within {CLOSE_TIMEOUT_S:g} s; its last checks are missing"))
@@ -281,19 +283,28 @@ class CheckSink:
         self.rank = rank if isinstance(rank, int) else 0
         self.log = ViolationLog(self.out_dir, self.rank)
         self.header = header
+        if self.checker_kind == "process" and self.process is None:
+            self.start_process()
         here = self.invariants
-        if self.checker_kind == "process":
-            local = [i for i in self.invariants if i.relation not in CROSS_RANK_RELATIONS]
-            process = CheckerProcess(local, self._on_violation, self._on_process_error, self._on_process_lost)
-            try:
-                process.start()
-            except OSError as exc:
-                warn(f"cannot start the checker process ({exc}); checking in the training process")
-            else:
-                self.process = process
-                here = [i for i in self.invariants if i.relation in CROSS_RANK_RELATIONS]
-                debug(f"check mode: checking in a child process (pid {process.proc.pid})")
+        if self.process is not None:
+            here = [i for i in self.invariants if i.relation in CROSS_RANK_RELATIONS]
         self.checker = OnlineChecker(here, self._on_violation) if here else None
+
+    def start_process(self) -> None:
+        """Start the checker process now. Bootstrap calls this before torch is imported, so
+        that the child's own start-up runs beside that import; otherwise the first batch does."""
+        if self.checker_kind != "process" or self.process is not None:
+            return
+        self.checker_kind = "thread"  # one try: a failure (or a later loss) is not retried
+        local = [i for i in self.invariants if i.relation not in CROSS_RANK_RELATIONS]
+        process = CheckerProcess(local, self._on_violation, self._on_process_error, self._on_process_lost)
+        try:
+            process.start()
+        except OSError as exc:
+            warn(f"cannot start the checker process ({exc}); checking in the training process")
+            return
+        self.process = process
+        debug(f"check mode: checking in a child process (pid {process.proc.pid})")
 
     def _on_process_error(self, message: str) -> None:
         with self._report_lock:
