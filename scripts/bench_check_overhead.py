@@ -7,8 +7,10 @@ process wall time, training-loop time and peak RSS of the training process
 (``run_measured`` of ``bench_collect_overhead.py``), then, in one more untimed run per mode,
 the peak memory of the process tree (the checker process included).
 Ratios are medians of per-repeat ratios against the plain run of the same repeat. Check variants:
-- ``check``: every invariant learned from the references (what a user gets);
-- ``check_thread``: the same, judged in a thread of the training process (TRAINCHECK_CHECKER=thread);
+- ``check``: every invariant learned from the references, as a user gets it
+  (TRAINCHECK_CHECKER=auto: a checker process where a core is free, else a thread);
+- ``check_process`` / ``check_thread``: the same, with the checker forced into a child process
+  or a thread of the training process;
 - ``check_step_only``: only the StateTransition invariants of ``optimizer.step``, which
   selective instrumentation reduces to two snapshots per step and no call records.
 The check runs are clean (the references' script, another seed), so they must report nothing.
@@ -81,6 +83,7 @@ def main() -> None:
             "plain": (None, {}),
             "collect": ("collect", {}),
             "check": ("check", {"TRAINCHECK_INV": str(every)}),
+            "check_process": ("check", {"TRAINCHECK_INV": str(every), "TRAINCHECK_CHECKER": "process"}),
             "check_thread": ("check", {"TRAINCHECK_INV": str(every), "TRAINCHECK_CHECKER": "thread"}),
             "check_step_only": ("check", {"TRAINCHECK_INV": str(step_only)}),
         }

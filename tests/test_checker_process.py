@@ -147,7 +147,7 @@ def test_a_forked_helper_does_not_hold_the_checker_open(tmp_path):
     write_invariants(invariants, inv_path, [str(f) for f in files])
     proc = run_python([str(script), "fork"],
                       agent_env("check", tmp_path / "check", TRAINCHECK_INV=str(inv_path), TRAINCHECK_DEBUG="1",
-                                TRAINCHECK_FLUSH_INTERVAL="0.05"), timeout=120)
+                                TRAINCHECK_CHECKER="process", TRAINCHECK_FLUSH_INTERVAL="0.05"), timeout=120)
     helper = json.loads(proc.stdout.splitlines()[0])["helper"]
     try:
         assert proc.returncode == 0, proc.stderr
@@ -162,15 +162,24 @@ def test_a_forked_helper_does_not_hold_the_checker_open(tmp_path):
 def test_settings_choose_the_checker_and_the_hand_over_interval(capsys):
     from traincheck_agent.settings import Settings
 
-    check = Settings.from_env({"TRAINCHECK_MODE": "check"})
-    assert (check.checker, check.flush_interval_s) == ("process", 0.1)
-    assert Settings.from_env({"TRAINCHECK_MODE": "collect"}).flush_interval_s == 0.5
-    chosen = Settings.from_env({"TRAINCHECK_MODE": "check", "TRAINCHECK_CHECKER": " Thread ",
-                                "TRAINCHECK_FLUSH_INTERVAL": "0.3"})
-    assert (chosen.checker, chosen.flush_interval_s) == ("thread", 0.3)
+    assert Settings.from_env({"TRAINCHECK_MODE": "check"}).checker == "auto"
+    assert Settings.from_env({"TRAINCHECK_MODE": "check", "TRAINCHECK_CHECKER": " Thread "}).checker == "thread"
     bad = Settings.from_env({"TRAINCHECK_MODE": "check", "TRAINCHECK_CHECKER": "gpu"})
-    assert bad.checker == "process"
-    assert "TRAINCHECK_CHECKER='gpu' is not one of process, thread; using process" in capsys.readouterr().err
+    assert bad.checker == "auto"
+    assert "TRAINCHECK_CHECKER='gpu' is not one of auto, process, thread; using auto" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("env", "cores", "spare"), [
+    ({}, 2, False),  # torch's default threads fill the cores
+    ({"OMP_NUM_THREADS": "1"}, 2, True),
+    ({"OMP_NUM_THREADS": "1", "LOCAL_WORLD_SIZE": "2"}, 2, False),  # two ranks, one thread each
+    ({"OMP_NUM_THREADS": "1", "LOCAL_WORLD_SIZE": "8"}, 64, True),  # a GPU node
+    ({"OMP_NUM_THREADS": "zero"}, 4, False),  # unreadable: torch's default
+])
+def test_auto_checker_takes_a_process_only_where_a_core_is_left_over(env, cores, spare):
+    from traincheck_agent.check.checker_process import spare_core
+
+    assert spare_core(env, cores=cores) is spare
 
 
 def test_raise_and_abort_always_check_in_the_training_process(learned, tmp_path):

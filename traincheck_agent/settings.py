@@ -19,24 +19,22 @@ from traincheck_agent.messages import warn
 MODES = ("off", "collect", "check")
 ACTIVE_MODES = ("collect", "check")
 ACTIONS = ("log", "raise", "abort")
-CHECKERS = ("process", "thread")
-# Check mode hands records to the checker more often than collect mode writes them: violations
-# show sooner, and less is left to judge after the training's last step.
-CHECK_FLUSH_INTERVAL_S = 0.1  # TRAINCHECK_CHECKER; the first is the default
+CHECKERS = ("auto", "process", "thread")  # TRAINCHECK_CHECKER; the first is the default
 
 ENV_VARS: dict[str, str] = {
     "TRAINCHECK_MODE": "off (default) | collect | check. Nothing happens unless set.",
     "TRAINCHECK_OUT": "Directory for traces and violation logs (default ./traincheck_out).",
     "TRAINCHECK_INV": "check mode: invariants files, ':'-separated (required; a bad file is skipped with a warning).",
     "TRAINCHECK_ACTION": "check mode: log (default) | raise | abort, what a violation does to the training process.",
-    "TRAINCHECK_CHECKER": "check mode: process (default) | thread, where the online checker runs "
+    "TRAINCHECK_CHECKER": "check mode: auto (default) | process | thread, where the online checker runs; "
+                          "auto = a child process when a CPU core is left over by torch's threads "
                           "(raise and abort always check in the training process).",
     "TRAINCHECK_CHECK_TRACE": "check mode: 1 = also write the trace of what was checked (default 0).",
     "TRAINCHECK_POLICY": "Extra policy files, ':'-separated; later files add to or override earlier ones.",
     "TRAINCHECK_NO_DEFAULT_POLICIES": "1 = load only the files in TRAINCHECK_POLICY.",
     "TRAINCHECK_RUN_ID": "Run id shared by all ranks (set by the launcher process if unset).",
     "TRAINCHECK_FLUSH_INTERVAL": "Seconds between background flushes of the trace, or hand-overs to the "
-                                 "checker in check mode (default 0.5; check mode 0.1).",
+                                 "checker in check mode (default 0.5).",
     "TRAINCHECK_FLUSH_RECORDS": "Buffered records that trigger an early flush (default 2000).",
     "TRAINCHECK_SKIP_PROGRAMS": "Extra ':'-separated program or module names the agent never activates in.",
     "TRAINCHECK_DEBUG": "1 = print the agent's debug lines.",
@@ -117,8 +115,9 @@ class Settings:
     invariant_files: tuple[Path, ...] = ()
     action: str = "log"
     check_trace: bool = False
-    # Where the online checker runs: a child process (the default) or a thread of this one.
-    checker: str = "process"
+    # Where the online checker runs: a child process, a thread of this one, or "auto" (a child
+    # process when a core is left over, see check.checker_process.spare_core).
+    checker: str = "auto"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, mode: str | None = None) -> Settings:
@@ -131,8 +130,7 @@ class Settings:
             policy_files=_split_paths(env.get("TRAINCHECK_POLICY")),
             use_default_policies=env.get("TRAINCHECK_NO_DEFAULT_POLICIES", "") in ("", "0"),
             run_id=env.get("TRAINCHECK_RUN_ID") or new_run_id(),
-            flush_interval_s=_float(env, "TRAINCHECK_FLUSH_INTERVAL", CHECK_FLUSH_INTERVAL_S
-                                    if resolved_mode == "check" else 0.5, 0.01),
+            flush_interval_s=_float(env, "TRAINCHECK_FLUSH_INTERVAL", 0.5, 0.01),
             flush_max_records=int(_float(env, "TRAINCHECK_FLUSH_RECORDS", 2000, 1)),
             skip_programs=skip,
             invariant_files=_split_paths(env.get("TRAINCHECK_INV")),

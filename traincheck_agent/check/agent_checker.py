@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from traincheck_agent.agent.dist_info import launcher_facts
-from traincheck_agent.check.checker_process import CheckerProcess
+from traincheck_agent.check.checker_process import CheckerProcess, spare_core
 from traincheck_agent.check.requirements import (
     CROSS_RANK_RELATIONS,
     SINGLE_PROCESS,
@@ -176,7 +176,10 @@ class CheckSink:
         self.out_dir = Path(out_dir)
         self.action = action
         # "process": judge in a child process (log only: raise / abort need the verdict in step
-        # with the training thread); "thread": in this process, on the writer's thread.
+        # with the training thread); "thread": in this process, on the writer's thread; "auto":
+        # a process where a core is left over for it.
+        if checker == "auto":
+            checker = "process" if spare_core() else "thread"
         self.checker_kind = checker if action == "log" else "thread"
         self.run_id = run_id
         self.host = host

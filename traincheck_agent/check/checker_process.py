@@ -7,9 +7,11 @@ judging runs beside the training; what stays in the training process is one ``or
 per batch (about 0.3 us per record) on the trace writer's thread and a reader thread that
 waits on the child's reports.
 
-The child is started from the writer's thread at the first batch, with this interpreter and no
-``TRAINCHECK_MODE`` (so the startup hook leaves it alone). If it cannot start, or dies, the
-caller falls back to checking in its own thread; :meth:`close` never waits past its timeout.
+The child is started at start-up (beside the script's import of torch), with this interpreter
+and no ``TRAINCHECK_MODE`` (so the startup hook leaves it alone). If it cannot start, or dies,
+the caller falls back to checking in its own thread; :meth:`close` never waits past its
+timeout. It pays only where a core is free for it (``spare_core``): beside torch threads that
+already fill every core it slows them more than a checker thread does.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,33 @@ from traincheck_agent.inference.invariant import Invariant
 
 OnViolation = Callable[[dict[str, Any]], None]
 OnMessage = Callable[[str], None]
+
+
+def _positive_int(raw: str | None) -> int | None:
+    try:
+        value = int(raw) if raw is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and value > 0 else None
+
+
+def spare_core(env: Mapping[str, str] | None = None, cores: int | None = None) -> bool:
+    """Whether the checker process would find a CPU core that the training leaves free.
+
+    The training's compute threads are ``OMP_NUM_THREADS`` per process (torch's default, when
+    unset, is about one per core) times the processes on this host (``LOCAL_WORLD_SIZE``, set
+    by torchrun). Where they fill every core, a checker process would preempt one of them, and
+    a parallel op waits for its slowest thread: a thread of the training process costs less.
+    """
+    env = os.environ if env is None else env
+    if cores is None:
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cores = os.cpu_count() or 1
+    threads = _positive_int(env.get("OMP_NUM_THREADS")) or cores
+    local_processes = _positive_int(env.get("LOCAL_WORLD_SIZE")) or 1
+    return cores > threads * local_processes
 
 
 def _write_all(fd: int, data: bytes) -> None:
