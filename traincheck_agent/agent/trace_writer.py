@@ -339,7 +339,7 @@ class TraceWriter:
                 return not self._disabled  # with a sink, only the file stopped
             data = header + data
         try:
-            _write_all(self._fd, data)
+            write_all(self._fd, data)
         except OSError as exc:
             # A partial write may have left a torn line; writing more after it would turn it into
             # a corrupt line in the middle of the file, so stop here.
@@ -413,9 +413,10 @@ class TraceWriter:
             self._sink.after_fork()
 
 
-def _write_all(fd: int | None, data: bytes) -> None:
+def write_all(fd: int | None, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (a pipe or file may take it in pieces)."""
     if fd is None:
-        raise OSError("trace file is not open")
+        raise OSError("the file is not open")
     view = memoryview(data)
     while view:
         written = os.write(fd, view)

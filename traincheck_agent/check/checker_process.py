@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 import traincheck_agent
+from traincheck_agent.agent.trace_writer import write_all
 from traincheck_agent.inference.invariant import Invariant
 
 OnViolation = Callable[[dict[str, Any]], None]
@@ -59,12 +60,6 @@ def spare_core(env: Mapping[str, str] | None = None, cores: int | None = None) -
     threads = _positive_int(env.get("OMP_NUM_THREADS")) or cores
     local_processes = _positive_int(env.get("LOCAL_WORLD_SIZE")) or 1
     return cores > threads * local_processes
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _child_env() -> dict[str, str]:
@@ -103,14 +98,14 @@ class CheckerProcess:
         self._stdin = self.proc.stdin.fileno()
         self._reader = threading.Thread(target=self._read, name="traincheck-checker-reader", daemon=True)
         self._reader.start()
-        _write_all(self._stdin, orjson.dumps({"invariants": [i.to_json() for i in self.invariants]}) + b"\n")
+        write_all(self._stdin, orjson.dumps({"invariants": [i.to_json() for i in self.invariants]}) + b"\n")
 
     def send(self, records: list[dict[str, Any]]) -> None:
         """Queue one batch for the child (blocks while its pipe is full); OSError if it is gone."""
         if self._stdin is None:
             raise OSError("the checker process is not running")
         data = orjson.dumps(records, default=str, option=orjson.OPT_NON_STR_KEYS) + b"\n"
-        _write_all(self._stdin, data)
+        write_all(self._stdin, data)
 
     def close(self, timeout_s: float) -> bool:
         """End the input, wait (at most ``timeout_s``) for the last reports; True when the child
