@@ -134,8 +134,7 @@ def fingerprint_cpu_batch(tensors: list[torch.Tensor]) -> list[dict]:
     char = ctypes.c_char
     for t in tensors:
         dtype = t.dtype
-        nbytes = t.nbytes
-        if dtype in _MINMAX_DTYPES and nbytes and t.is_contiguous() and not t.is_neg():
+        if dtype in _MINMAX_DTYPES and t.is_contiguous() and not t.is_neg() and (nbytes := t.nbytes):
             address = t.data_ptr()
             digest = hexdigest((char * nbytes).from_address(address))
             key = (address, nbytes, dtype)
