@@ -188,3 +188,21 @@ def test_raise_and_abort_always_check_in_the_training_process(learned, tmp_path)
         sink = CheckSink(invariants, out_dir=tmp_path / action, action=action, checker="process")
         sink.start_process()
         assert sink.process is None and sink.checker_kind == "thread"
+
+
+def test_a_checker_process_lost_before_the_first_record_leaves_a_full_checker_here(learned, tmp_path, capsys):
+    _, invariants, records = learned
+    sink = CheckSink(invariants, out_dir=tmp_path, checker="process")
+    sink.start_process()  # as bootstrap does, before anything is recorded
+    os.kill(sink.process.proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while sink.process is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sink.process is None
+    assert "checking continues in the training process" in capsys.readouterr().err
+    sink.consume(records)
+    sink.close()
+    logged = [json.loads(line) for line in (tmp_path / "violations-0.jsonl").read_text().splitlines()]
+    assert sorted(_key(v) for v in logged) == sorted(
+        (v["invariant"], v["step"], v.get("variable") or None, v.get("api") or None, v["message"])
+        for v in _in_thread(invariants, records))

@@ -325,10 +325,12 @@ class CheckSink:
         """Carry on in this process from the next record: the invariants the child judged get a
         fresh checker here (examples it held half-built are lost), and the user is told."""
         process, self.process = self.process, None
-        if process is None or self.header is None:
+        if process is None:
             return
         process.close(0.0)
         warn(f"{reason}; checking continues in the training process")
+        if self.header is None:
+            return  # not started yet: the header starts a checker of every invariant here
         from traincheck_agent.check.online import OnlineChecker
 
         self.checker = OnlineChecker(self.invariants, self._on_violation)

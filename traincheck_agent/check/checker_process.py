@@ -37,10 +37,10 @@ OnMessage = Callable[[str], None]
 
 def _positive_int(raw: str | None) -> int | None:
     try:
-        value = int(raw) if raw is not None else None
+        value = int(raw or "")
     except ValueError:
         return None
-    return value if value is not None and value > 0 else None
+    return value if value > 0 else None
 
 
 def spare_core(env: Mapping[str, str] | None = None, cores: int | None = None) -> bool:
