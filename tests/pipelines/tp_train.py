@@ -1,10 +1,22 @@
-"""Simulated tensor parallelism on 2 CPU ranks (gloo, started by torchrun).
+"""Simulated tensor parallelism on CPU ranks (gloo, started by torchrun), optionally beside
+data parallelism.
 
 A replicated LayerNorm (marked ``tensor_model_parallel=False``, as Megatron marks parameters it
-does not split) and a sharded Linear (``tensor_model_parallel=True``: each rank holds its own
-shard). Replicated grads are averaged across ranks so the replicas stay equal. ``--bug
-clip-on-one-rank`` clips the replicated grads on rank 0 only: the BLOOM-176B failure, where
-replicated LayerNorm weights drift apart across tensor-parallel ranks.
+does not split) and a sharded Linear (``tensor_model_parallel=True``: each rank of a
+tensor-parallel group holds its own shard). With ``--tp N`` (default: the whole world) the
+ranks form groups of N consecutive ranks (tensor parallel) and groups of ranks N apart (data
+parallel), made with ``new_group`` as Megatron-style set-ups do: ranks of one tensor-parallel
+group load the same batches (a ``DistributedSampler`` over the data-parallel ranks), data-parallel
+groups different ones. Replicated grads are averaged
+over the world and shard grads over the data-parallel group, so replicas stay equal.
+
+Bugs:
+- ``clip-on-one-rank`` clips the replicated grads on rank 0 only: the BLOOM-176B failure, where
+  replicated LayerNorm weights drift apart across tensor-parallel ranks;
+- ``unscaled-shard-grad`` (needs data parallelism): the last rank forgets to divide its shard
+  grads by the data-parallel size, so its shard drifts from its data-parallel replica;
+- ``sampler-by-global-rank`` (needs data parallelism): the sampler is given the global rank and
+  world size, so the ranks of a tensor-parallel group load different batches.
 """
 
 import argparse
@@ -13,18 +25,29 @@ import json
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--bug", choices=["none", "clip-on-one-rank"], default="none")
+    parser.add_argument("--tp", type=int, default=0, help="tensor-parallel size (0: the whole world)")
+    parser.add_argument("--bug", choices=["none", "clip-on-one-rank", "unscaled-shard-grad", "sampler-by-global-rank"], default="none")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    tp = args.tp or world
+    dp = world // tp
+    # Every rank creates every group, in the same order (new_group requires it).
+    tp_groups = [dist.new_group(list(range(d * tp, (d + 1) * tp))) for d in range(dp)] if dp > 1 else []
+    dp_groups = [dist.new_group(list(range(t, world, tp))) for t in range(tp)] if dp > 1 else []
+    tp_rank, dp_rank = rank % tp, rank // tp
+    dp_group = dp_groups[tp_rank] if dp_groups else None
+    del tp_groups  # the layout only: nothing here communicates within a tensor-parallel group
+
     torch.manual_seed(0)
     norm = nn.LayerNorm(16)
-    torch.manual_seed(100 + rank)  # each rank's shard is different
+    torch.manual_seed(100 + tp_rank)  # each tensor-parallel rank's shard is different
     shard = nn.Linear(16, 8)
     model = nn.Sequential(norm, shard)
     for p in norm.parameters():
@@ -33,16 +56,23 @@ def main() -> None:
         p.tensor_model_parallel = True
         p.partition_dim = 0
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    gen = torch.Generator().manual_seed(7)  # tensor-parallel ranks see the same batch
+    data = TensorDataset(torch.randn(args.steps * 32 * world, 16, generator=torch.Generator().manual_seed(7)))
+    by_global_rank = args.bug == "sampler-by-global-rank"
+    sampler = DistributedSampler(data, num_replicas=world if by_global_rank else dp,
+                                 rank=rank if by_global_rank else dp_rank, shuffle=False)
     losses = []
-    for _ in range(args.steps):
-        x = torch.randn(32, 16, generator=gen)
+    for (x,), _ in zip(DataLoader(data, batch_size=32, sampler=sampler), range(args.steps), strict=False):
         optimizer.zero_grad()
         loss = model(x).pow(2).mean()
         loss.backward()
         for p in norm.parameters():
             dist.all_reduce(p.grad)
             p.grad /= world
+        if dp_group is not None:
+            for p in shard.parameters():
+                dist.all_reduce(p.grad, group=dp_group)
+                if not (args.bug == "unscaled-shard-grad" and rank == world - 1):
+                    p.grad /= dp
         if args.bug == "clip-on-one-rank" and rank == 0:
             torch.nn.utils.clip_grad_norm_(norm.parameters(), 1e-3)
         optimizer.step()

@@ -73,6 +73,7 @@ class Runtime:
     _action_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def emit(self, record: dict[str, Any]) -> None:
+        self.probe.groups.poll(record.get("step", -1), discover=False)  # groups before the record
         self.writer.emit(record)
 
     def request_action(self, action: Callable[[], BaseException | None]) -> None:

@@ -16,6 +16,7 @@ import torch
 from traincheck_agent.agent.clock import TrainingClock
 from traincheck_agent.agent.descriptors import dtype_name
 from traincheck_agent.agent.model_registry import ModelRegistry
+from traincheck_agent.agent.process_groups import GroupWatch
 from traincheck_agent.fingerprint import fingerprint_tensors
 from traincheck_agent.policy.model import Policy, StateRule
 from traincheck_agent.trace.schema import KIND_STATE
@@ -53,6 +54,7 @@ class StateProbe:
         self.clock = clock
         self.emit = emit
         self._unnamed_seen = False
+        self.groups = GroupWatch(emit)  # cross-rank relations compare within these groups
 
     def wants(self, when: str, event: str) -> StateRule | None:
         rule = self.policy.state_rule(when, event)
@@ -73,6 +75,7 @@ class StateProbe:
         rule = self.wants(when, event)
         if rule is None:
             return
+        self.groups.poll(self.clock.step)
         where = f"{when}:{event}"
         base = {
             "kind": KIND_STATE,

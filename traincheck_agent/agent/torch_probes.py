@@ -179,7 +179,9 @@ def _init_process_group_after(ctx: CallContext) -> None:
     if ctx.exc is None:
         from traincheck_agent.agent.dist_info import distributed_update
 
-        _rt().emit(distributed_update())
+        rt = _rt()
+        rt.emit(distributed_update())
+        rt.probe.groups.poll(rt.clock.step)
 
 
 def _destroy_process_group_before(ctx: CallContext) -> None:

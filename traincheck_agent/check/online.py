@@ -10,8 +10,9 @@ It runs the same collectors and per-example checks as inference and the offline 
 (``inference.stream``), so online and offline verdicts agree. Only relations that have loaded
 invariants get a collector, and each example is checked only against the invariants of its
 group. Relations whose examples join several ranks (those with a ``HALF``: what one rank
-contributes, joined by their ``finalize``) collect this rank's halves per step; when a step is complete they go through the ``rank_exchange`` (the
-torch.distributed store) and the comparing rank judges the joined examples one step later. In a
+contributes, joined by their ``finalize``) collect this rank's halves per step; when a step is
+complete they are summarised (``rank_summary``) and go through the ``rank_exchange`` (the
+torch.distributed store), and the comparing rank judges the joined examples one step later. In a
 single process they are skipped and listed in ``skipped_relations``.
 """
 
@@ -24,9 +25,11 @@ from types import ModuleType
 from typing import Any
 
 from traincheck_agent.check.rank_exchange import StoreExchange, decode, encode
+from traincheck_agent.check.rank_summary import Summary, disagree, summarize
 from traincheck_agent.inference.engine import RELATIONS
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.stream import Collector, TraceSource, route_by_kind
+from traincheck_agent.messages import debug
 from traincheck_agent.trace.schema import KIND_HEADER
 
 Report = Callable[[dict[str, Any]], None]
@@ -63,8 +66,9 @@ FINAL_GRACE_S = 10.0  # how long the comparer waits at exit for the other ranks'
 
 
 class _CrossRank:
-    """This rank's halves of the cross-rank examples, published per step; on the comparing
-    rank, joined with the other ranks' and judged."""
+    """This rank's halves of the cross-rank examples, summarised and published per step; on the
+    comparing rank, compared with the other ranks' summaries and, where they disagree, joined
+    with their halves and judged."""
 
     def __init__(self, watches: list[_Watch], factory: ExchangeFactory) -> None:
         self.watches = {w.relation.RELATION: w for w in watches}
@@ -72,7 +76,7 @@ class _CrossRank:
         self.factory = factory
         self.exchange: StoreExchange | None = None
         self.halves: dict[int, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
-        self.to_compare: dict[int, dict[str, list[Any]]] = {}
+        self.to_compare: dict[int, tuple[dict[str, list[Any]], Summary]] = {}
         self.run_id, self.restart = "", 0
         self.gone: set[int] = set()
 
@@ -89,9 +93,12 @@ class _CrossRank:
                 return
         for step in sorted(s for s in self.halves if s < before):
             own = self.halves.pop(step)
-            self.exchange.publish(step, encode(own))
+            summary = summarize(own, self.watches)
             if self.exchange.comparer:
-                self.to_compare[step] = own
+                self.to_compare[step] = (own, summary)
+            else:
+                self.exchange.publish(step, {"s": summary.digests, "x": encode(summary.direct)},
+                                      {"h": encode(summary.digested)} if summary.digests else None)
         self.compare(report, final=False)
 
     def compare(self, report: Report, final: bool) -> None:
@@ -99,18 +106,26 @@ class _CrossRank:
         if exchange is None or not exchange.comparer:
             return
         for step in sorted(self.to_compare):
-            fetched = exchange.fetch(step, final=final, gone=self.gone)
+            fetched = exchange.fetch_summaries(step, final=final, gone=self.gone)
             if fetched is None:
                 return  # later steps wait behind this one
-            payloads, missing = fetched
-            own = self.to_compare.pop(step)
+            entries, missing = fetched
+            own, summary = self.to_compare.pop(step)
             if missing:
                 self.gone.update(missing)
                 report({"invariant": "", "relation": "CrossRankExchange", "step": step, "ranks": missing,
                         "message": f"rank(s) {missing} published nothing for step {step} within "
                                    f"{exchange.timeout_s:g} s: cross-rank invariants are no longer checked "
                                    f"against them (stopped, hung or slower than the timeout)"})
-            self._judge(own, [decode(p, self.factories) for p in payloads.values()], report)
+            others = [decode(entry.get("x") or {}, self.factories) for entry in entries.values()]
+            if disagree(summary.digests, {r: e.get("s") or {} for r, e in entries.items()}, exchange.rank):
+                details = exchange.fetch_details(step)
+                others += [decode(entry.get("h") or {}, self.factories) for entry in details.values()]
+                judged = own
+            else:
+                judged = summary.direct  # every digested example agrees: nothing there can be violated
+            exchange.forget(step)
+            self._judge(judged, others, report)
 
     def _judge(self, own: dict[str, list[Any]], others: list[dict[str, list[Any]]], report: Report) -> None:
         for name, watch in self.watches.items():
@@ -130,6 +145,8 @@ class _CrossRank:
             if self.to_compare:
                 time.sleep(0.05)
         self.compare(report, final=True)
+        if self.exchange is not None:
+            debug(f"cross-rank exchange, rank {self.exchange.rank}: {self.exchange.stats.line()}")
 
 
 def _default_exchange(run_id: str, restart: int) -> StoreExchange | None:

@@ -1,17 +1,21 @@
-"""Cross-rank checks online: each rank publishes, per step, its halves of the cross-rank
-examples (a variable's hash at a point, a call's tensor hashes) through the key-value store
-that ``torch.distributed`` already runs; the comparing rank (rank 0) joins them with its own one
-step later and judges them with the same code as the offline check.
+"""Cross-rank checks online: each rank publishes, per step, a compact summary of its halves of
+the cross-rank examples through the key-value store that ``torch.distributed`` already runs; the
+comparing rank (rank 0) joins them with its own and fetches the full halves only where the
+summaries disagree.
 
 Never a collective and never a blocking wait on the training thread: this runs on the
-checker's thread, with a store client of its own (``Store.clone``), non-blocking ``check``
-before every ``get``. Keys are ``traincheck/<run id>/<restart>/<step>/<rank>``; the comparer
-deletes what it has read. A rank that has not published a step ``timeout_s`` after the comparer
+checker's thread, with a store client of its own (``Store.clone``), a non-blocking ``check``
+before every ``get``. A rank that has not published a step ``timeout_s`` after the comparer
 first looked for it is reported as missing, once, and never waited for again.
 
-Cost per step: every rank sets one key (its halves, a few dozen bytes per watched variable);
-the comparer does one ``check`` per other rank and one ``get`` per rank that published, so the
-comparer's work grows linearly with the world size and the others' stays constant.
+Keys, per step: ``traincheck/<run id>/<restart>/<step>/summary`` and ``.../details``. Every rank
+but the comparer *appends* one line to each (``Store.append``), so a step has two keys whatever
+the world size, and the comparer deletes both once the step is judged. A summary line holds the
+rank, one digest per scope (the world, and each process group it shares with others) over the
+halves that agreeing ranks cannot violate (``agreement_suffices``), and in full the few halves
+that agreement does not settle (values that must *differ* across ranks, e.g. data-parallel
+batches). The details line holds the digested halves in full; it is read only when digests
+disagree. ``docs/check_mode.md`` works out the cost as the world grows.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import astuple
+from dataclasses import astuple, dataclass
 from typing import Any
 
 import orjson
@@ -38,25 +42,57 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def encode(halves: dict[str, list[Any]]) -> bytes:
-    """Per relation, its halves as field tuples."""
-    return orjson.dumps({name: [astuple(h) for h in items] for name, items in halves.items()})
+def encode(halves: dict[str, list[Any]]) -> dict[str, list[tuple]]:
+    """Per relation, its halves as field tuples (JSON-able)."""
+    return {name: [astuple(h) for h in items] for name, items in halves.items() if items}
 
 
-def decode(payload: bytes, factories: dict[str, Callable[..., Any]]) -> dict[str, list[Any]]:
-    raw = orjson.loads(payload)
+def decode(raw: dict[str, list[Any]], factories: dict[str, Callable[..., Any]]) -> dict[str, list[Any]]:
     return {name: [factories[name](*_freeze(fields)) for fields in items]
             for name, items in raw.items() if name in factories}
 
 
+def _lines(payload: bytes) -> dict[int, dict[str, Any]]:
+    """The entries appended to a key, by rank (a torn or foreign line is skipped)."""
+    out: dict[int, dict[str, Any]] = {}
+    for line in payload.split(b"\n"):
+        if not line:
+            continue
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("r"), int):
+            out[entry["r"]] = entry
+    return out
+
+
+@dataclass
+class ExchangeStats:
+    """What the exchange cost this rank: store round trips and bytes, for the cost figures."""
+
+    steps: int = 0
+    round_trips: int = 0
+    bytes_sent: int = 0
+    bytes_read: int = 0
+    details_fetched: int = 0
+
+    def line(self) -> str:
+        per = max(self.steps, 1)
+        return (f"{self.steps} steps, {self.round_trips / per:.1f} store round trips and "
+                f"{self.bytes_sent / per:.0f} B sent, {self.bytes_read / per:.0f} B read per step; "
+                f"details fetched for {self.details_fetched} steps")
+
+
 class StoreExchange:
-    """Publishing and fetching per-step payloads through a ``torch.distributed`` store."""
+    """Publishing and fetching per-step summaries through a ``torch.distributed`` store."""
 
     def __init__(self, store: Any, rank: int, world_size: int, run_id: str, restart: int = 0,
                  timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.store, self.rank, self.world_size = store, rank, world_size
         self.prefix = f"{PREFIX}/{run_id}/{restart}"
         self.timeout_s = timeout_s
+        self.stats = ExchangeStats()
         self._first_look: dict[int, float] = {}  # step -> when the comparer first looked for it
 
     @classmethod
@@ -78,30 +114,57 @@ class StoreExchange:
     def comparer(self) -> bool:
         return self.rank == COMPARER
 
-    def _key(self, step: int, rank: int) -> str:
-        return f"{self.prefix}/{step}/{rank}"
+    def _key(self, step: int, part: str) -> str:
+        return f"{self.prefix}/{step}/{part}"
 
-    def publish(self, step: int, payload: bytes) -> None:
-        self.store.set(self._key(step, self.rank), payload)
+    def _append(self, key: str, entry: dict[str, Any]) -> None:
+        line = orjson.dumps(entry) + b"\n"
+        self.store.append(key, line)
+        self.stats.round_trips += 1
+        self.stats.bytes_sent += len(line)
 
-    def fetch(self, step: int, final: bool = False, gone: set[int] | frozenset[int] = frozenset()
-              ) -> tuple[dict[int, bytes], list[int]] | None:
-        """The other ranks' payloads for ``step`` and the ranks newly missing, once every rank has
-        published or the timeout has passed; None while still waiting. Ranks in ``gone`` (already
-        reported) are not waited for; ``final`` gives up on late ranks at once (end of run)."""
+    def _read(self, key: str) -> dict[int, dict[str, Any]]:
+        self.stats.round_trips += 1
+        if not self.store.check([key]):
+            return {}
+        payload = self.store.get(key)
+        self.stats.round_trips += 1
+        self.stats.bytes_read += len(payload)
+        return _lines(payload)
+
+    def publish(self, step: int, summary: dict[str, Any], details: dict[str, Any] | None) -> None:
+        """This rank's summary (and, when it digests anything, the details) of ``step``."""
+        self.stats.steps += 1
+        self._append(self._key(step, "summary"), {"r": self.rank, **summary})
+        if details:
+            self._append(self._key(step, "details"), {"r": self.rank, **details})
+
+    def fetch_summaries(self, step: int, final: bool = False, gone: set[int] | frozenset[int] = frozenset()
+                        ) -> tuple[dict[int, dict[str, Any]], list[int]] | None:
+        """The other ranks' summaries of ``step`` and the ranks newly missing, once every rank
+        has published or the timeout has passed; None while still waiting. Ranks in ``gone``
+        (already reported) are not waited for; ``final`` gives up on late ranks at once."""
         others = [r for r in range(self.world_size) if r != self.rank and r not in gone]
-        ready = [r for r in others if self.store.check([self._key(step, r)])]
+        entries = self._read(self._key(step, "summary"))
+        ready = {r: entries[r] for r in others if r in entries}
         now = time.monotonic()
         first = self._first_look.setdefault(step, now)
         if len(ready) < len(others) and not final and now - first < self.timeout_s:
             return None
         self._first_look.pop(step, None)
-        payloads = {}
-        for r in ready:
-            key = self._key(step, r)
-            payloads[r] = self.store.get(key)
+        self.stats.steps += 1
+        return ready, [r for r in others if r not in ready]
+
+    def fetch_details(self, step: int) -> dict[int, dict[str, Any]]:
+        self.stats.details_fetched += 1
+        return self._read(self._key(step, "details"))
+
+    def forget(self, step: int) -> None:
+        """Delete the step's keys (the comparer, once the step is judged)."""
+        for part in ("summary", "details"):
+            key = self._key(step, part)
             try:
                 self.store.delete_key(key)
+                self.stats.round_trips += 1
             except RuntimeError as exc:  # an older store without deletion: keys stay, nothing breaks
                 warn_once("store-delete", f"could not delete store key {key}: {exc}")
-        return payloads, [r for r in others if r not in ready]

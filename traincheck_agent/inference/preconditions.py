@@ -119,6 +119,12 @@ def holds_all(clauses: Sequence[Clause], features: dict[str, Any]) -> bool:
     return all(c.holds(features) for c in clauses)
 
 
+def holds_locally(clauses: Sequence[Clause], features: dict[str, Any]) -> bool:
+    """Whether the clauses can hold for an example of several parties, given one party's own
+    features: the ``parties.*`` clauses need every party and count as holding."""
+    return all(c.field.startswith(PARTIES) or c.holds(features) for c in clauses)
+
+
 def _hashable(value: Any) -> bool:
     try:
         hash(value)

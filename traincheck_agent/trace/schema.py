@@ -19,6 +19,11 @@ A trace is one JSON-lines file per process. Every line is one JSON object with a
     (id of the call it was taken around, or null), ``step``, ``phase``, ``t_ns`` and
     ``attrs``: ``data`` / ``grad`` fingerprints, ``dtype``, ``shape``, ``device``,
     ``requires_grad`` and framework attributes such as ``tensor_model_parallel``.
+``groups``
+    this rank's process groups, written when they change (``step``, ``t_ns``, ``groups``: a
+    list of ``{"ranks": [global ranks], "family": "size2/stride1", "name": ...}``; groups of one
+    rank and of the whole world left out). Cross-rank relations compare within each family
+    (``trace.groups``).
 ``note``
     the agent's own events a reader should know about (``what``: e.g. ``dropped_records``).
 
@@ -38,9 +43,10 @@ KIND_HEADER = "header"
 KIND_PROCESS = "process"
 KIND_CALL = "call"
 KIND_STATE = "state"
+KIND_GROUPS = "groups"
 KIND_NOTE = "note"
 
-KINDS = (KIND_HEADER, KIND_PROCESS, KIND_CALL, KIND_STATE, KIND_NOTE)
+KINDS = (KIND_HEADER, KIND_PROCESS, KIND_CALL, KIND_STATE, KIND_GROUPS, KIND_NOTE)
 
 PHASE_INIT = "init"
 PHASE_TRAIN = "train"

@@ -2,6 +2,12 @@
 same step, e.g. a DDP replica's parameters after each optimizer step, or a parameter that
 tensor parallelism does not split (``tensor_model_parallel=False``) on every TP rank.
 
+Beside the whole world, the ranks are compared within each group of every family of process
+groups the run created (``trace.groups``): with data x tensor parallelism a sharded parameter is
+equal across its data-parallel group only, and never compared with another shard. An invariant
+names its family in ``subject.group`` (absent: the world); one that the world's invariant
+at the same point already implies (its precondition is no weaker) is not kept.
+
 Snapshots are matched by (run, point, variable, step, occurrence within the step), so the
 *same-named* variable is compared, never two different parameters that happen to share a
 shape. Each trace's collector yields its rank's halves; ``finalize`` joins them by key in one pass
@@ -11,7 +17,7 @@ square of the number of ranks. Online, the halves are what ranks exchange.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,12 +31,22 @@ from traincheck_agent.inference.preconditions import (
     scoped,
     with_condition,
 )
+from traincheck_agent.inference.rank_groups import (
+    Memberships,
+    by_family,
+    family_of_invariant,
+    family_subject,
+    implied_by_world,
+    memberships,
+    within_groups,
+)
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import TraceSource
-from traincheck_agent.trace.schema import KIND_STATE
+from traincheck_agent.trace.groups import WORLD, describe_family
+from traincheck_agent.trace.schema import KIND_GROUPS, KIND_STATE
 
 RELATION = "CrossRankConsistent"
-READS = (KIND_STATE,)  # the record kinds its collector reads
+READS = (KIND_STATE, KIND_GROUPS)  # the record kinds its collector reads
 # A backward inside DDP's no_sync keeps its grads local: when the references never had one, the
 # invariant is scoped to synchronised backwards and says nothing about the others.
 SCOPE_FEATURES = ("grad_sync",)
@@ -47,6 +63,9 @@ class RankExample(FeatureExample):
     ranks: tuple[int, ...]
     equal: bool
     features: tuple[tuple[str, Any], ...]
+    group: str = WORLD  # the family of process groups compared within
+    odd_ranks: tuple[int, ...] = ()  # when most ranks agree: the ranks that differ from them
+
 
 
 @dataclass(frozen=True)
@@ -62,6 +81,7 @@ class RankSnapshot:
     rank: int
     digest: str | None
     features: tuple[tuple[str, Any], ...]
+    groups: Memberships = ()
 
 
 class Collector(StreamCollector):
@@ -69,11 +89,15 @@ class Collector(StreamCollector):
         super().__init__(source)
         self.rank = source.rank
         self.occurrences: dict[tuple, int] = defaultdict(int)
+        self.groups: Memberships = ()
 
     def feed(self, record: dict[str, Any]) -> list[RankSnapshot]:
-        if record.get("kind") == "process" and isinstance(record.get("rank"), int):
+        kind = record.get("kind")
+        if kind == "process" and isinstance(record.get("rank"), int):
             self.rank = record["rank"]
-        if record.get("kind") != KIND_STATE:
+        if kind == KIND_GROUPS:
+            self.groups = memberships(record)
+        if kind != KIND_STATE:
             return []
         attrs = record.get("attrs", {})
         base = (str(record.get("where")), str(record.get("var")), int(record.get("step", -1)))
@@ -86,11 +110,27 @@ class Collector(StreamCollector):
         ))
         shape = attrs.get("shape")
         party = (*features, ("shape", tuple(shape) if isinstance(shape, list) else None))
-        return [RankSnapshot(self.source.run_id, *base, occurrence, attribute, self.rank, value.get("h"), party)
+        return [RankSnapshot(self.source.run_id, *base, occurrence, attribute, self.rank, value.get("h"), party,
+                             self.groups)
                 for attribute in TENSOR_ATTRS if isinstance(value := attrs.get(attribute), dict)]
 
 
 HALF = RankSnapshot  # what a rank publishes for online checks
+
+
+def agreement_suffices(invariant: Invariant) -> bool:
+    """Ranks that all hold the same value never violate it (see ``check.rank_summary``)."""
+    return True
+
+
+def agreement_key(half: RankSnapshot) -> tuple:
+    """What must be the same on every rank for the examples of this half to agree."""
+    return half.where, half.var, half.step, half.occurrence, half.attribute, half.digest
+
+
+def half_features(half: RankSnapshot) -> dict[str, Any]:
+    """The features of an example as this rank alone sees them."""
+    return dict(half.features)
 
 
 def key_of(item: RankSnapshot | RankExample) -> tuple[str, str]:
@@ -102,20 +142,32 @@ def invariant_key(invariant: Invariant) -> tuple[str, str]:
 
 
 def finalize(groups: dict[tuple[str, str], list[RankSnapshot]]) -> dict[tuple[str, str], list[RankExample]]:
-    """Join the ranks' snapshots of the same (run, point, variable, step, occurrence)."""
+    """Join the ranks' snapshots of the same (run, point, variable, step, occurrence), across
+    the world and within each process group."""
     joined: dict[tuple, dict[int, RankSnapshot]] = defaultdict(dict)
     for snapshots in groups.values():
         for s in snapshots:
             joined[(s.run, s.where, s.var, s.step, s.occurrence, s.attribute)][s.rank] = s
     out: dict[tuple[str, str], list[RankExample]] = defaultdict(list)
-    for (_, where, var, step, _, attribute), by_rank in joined.items():
-        if len(by_rank) < 2:
-            continue
-        ranks = tuple(sorted(by_rank))
-        out[(where, attribute)].append(RankExample(
-            where, attribute, var, step, ranks, len({by_rank[r].digest for r in ranks}) == 1,
-            _example_features([by_rank[r].features for r in ranks])))
+    for (_, where, var, step, _, attribute), every_rank in joined.items():
+        for family, by_rank in within_groups(every_rank):
+            if len(by_rank) < 2:
+                continue
+            ranks = tuple(sorted(by_rank))
+            digests = {r: by_rank[r].digest for r in ranks}
+            out[(where, attribute)].append(RankExample(
+                where, attribute, var, step, ranks, len(set(digests.values())) == 1,
+                _example_features([by_rank[r].features for r in ranks]), family, _odd_ranks(digests)))
     return out
+
+
+def _odd_ranks(digests: dict[int, str | None]) -> tuple[int, ...]:
+    """The ranks outside the value that more than half of the ranks hold; () when none does."""
+    counts = Counter(digests.values())
+    value, held = counts.most_common(1)[0]
+    if held * 2 <= len(digests) or held == len(digests):
+        return ()
+    return tuple(r for r, d in digests.items() if d != value)
 
 
 def _example_features(per_rank: list[tuple[tuple[str, Any], ...]]) -> tuple[tuple[str, Any], ...]:
@@ -130,32 +182,50 @@ def _example_features(per_rank: list[tuple[tuple[str, Any], ...]]) -> tuple[tupl
 
 def infer(groups: dict[tuple[str, str], list[RankExample]], sources: tuple[str, ...]) -> list[Invariant]:
     invariants = []
-    for (where, attribute), group in sorted(groups.items()):
-        passing = [e for e in group if e.equal]
-        if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
-            continue
-        precondition = deduce([e.feature_map() for e in passing], [e.feature_map() for e in group if not e.equal])
-        if precondition is None:
-            continue
-        precondition = scoped(precondition, [e.feature_map() for e in passing], SCOPE_FEATURES)
-        description = f"the {attribute} of each same-named variable is equal on every rank at {where}"
-        invariants.append(Invariant(
-            relation=RELATION,
-            subject={"event": where, "attribute": attribute},
-            precondition=tuple(precondition),
-            support={"passing": len(passing), "excluded": len(group) - len(passing),
-                     "steps": len({e.step for e in passing}), "variables": len({e.var for e in passing})},
-            description=with_condition(description, precondition),
-            sources=sources,
-        ))
+    for (where, attribute), examples in sorted(groups.items()):
+        world: Invariant | None = None
+        for family, group in by_family(examples):
+            invariant = _hypothesis(where, attribute, family, group, sources)
+            if invariant is None or (family != WORLD and implied_by_world(world, invariant)):
+                continue
+            invariants.append(invariant)
+            world = invariant if family == WORLD else world
     return invariants
 
 
+def _hypothesis(where: str, attribute: str, family: str, group: list[RankExample], sources: tuple[str, ...]
+                ) -> Invariant | None:
+    passing = [e for e in group if e.equal]
+    if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
+        return None
+    precondition = deduce([e.feature_map() for e in passing], [e.feature_map() for e in group if not e.equal])
+    if precondition is None:
+        return None
+    precondition = scoped(precondition, [e.feature_map() for e in passing], SCOPE_FEATURES)
+    description = f"the {attribute} of each same-named variable is equal on {describe_family(family)} at {where}"
+    subject = {"event": where, "attribute": attribute} | family_subject(family)
+    return Invariant(
+        relation=RELATION,
+        subject=subject,
+        precondition=tuple(precondition),
+        support={"passing": len(passing), "excluded": len(group) - len(passing),
+                 "steps": len({e.step for e in passing}), "variables": len({e.var for e in passing})},
+        description=with_condition(description, precondition),
+        sources=sources,
+    )
+
+
 def violates(invariant: Invariant, e: RankExample) -> bool:
-    return not e.equal and holds_all(invariant.precondition, e.feature_map())
+    return e.group == family_of_invariant(invariant) and not e.equal and holds_all(invariant.precondition,
+                                                                                  e.feature_map())
 
 
 def violation(invariant: Invariant, ex: RankExample) -> dict[str, Any]:
-    return {"step": ex.step, "variable": ex.var, "ranks": list(ex.ranks),
-            "message": f"{invariant.description}: {ex.var} differs across ranks {list(ex.ranks)} "
-                       f"at step {ex.step} ({ex.where})"}
+    found = {"step": ex.step, "variable": ex.var, "ranks": list(ex.ranks)}
+    if ex.odd_ranks:
+        found["odd_ranks"] = list(ex.odd_ranks)
+        agreeing = [r for r in ex.ranks if r not in ex.odd_ranks]
+        what = f"{ex.var} on rank(s) {list(ex.odd_ranks)} differs from ranks {agreeing}"
+    else:
+        what = f"{ex.var} differs across ranks {list(ex.ranks)}"
+    return found | {"message": f"{invariant.description}: {what} at step {ex.step} ({ex.where})"}

@@ -9,6 +9,10 @@ occurrence of the API within the step), and each fingerprinted position (``ret.i
 ``args.tensor``) is one example with one hash per rank. This is the cross-rank form of
 DistinctArgument and of Consistent for call values; its per-rank features
 (``parties.<name>``) admit CONSISTENT / UNEQUAL clauses.
+
+As CrossRankConsistent does, it also compares within each process group (``trace.groups``):
+with data x tensor parallelism the batch is the same across a tensor-parallel group and
+differs across a data-parallel one, and each is an invariant of its own family.
 """
 
 from __future__ import annotations
@@ -26,12 +30,22 @@ from traincheck_agent.inference.preconditions import (
     holds_all,
     with_condition,
 )
+from traincheck_agent.inference.rank_groups import (
+    Memberships,
+    by_family,
+    family_of_invariant,
+    family_subject,
+    implied_by_world,
+    memberships,
+    within_groups,
+)
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import TraceSource
-from traincheck_agent.trace.schema import KIND_CALL
+from traincheck_agent.trace.groups import WORLD, describe_family
+from traincheck_agent.trace.schema import KIND_CALL, KIND_GROUPS
 
 RELATION = "CrossRankValue"
-READS = (KIND_CALL,)  # the record kinds its collector reads
+READS = (KIND_CALL, KIND_GROUPS)  # the record kinds its collector reads
 MIN_PASSING = 5
 MIN_STEPS = 2
 MAX_DEPTH = 3
@@ -46,6 +60,7 @@ class ValueExample(FeatureExample):
     ranks: tuple[int, ...]
     hashes: tuple[str, ...]
     features: tuple[tuple[str, Any], ...]
+    group: str = WORLD  # the family of process groups compared within
 
     def holds(self, form: str) -> bool:
         distinct = len(set(self.hashes))
@@ -83,6 +98,7 @@ class RankValue:
     rank: int
     digest: str
     phase: Any
+    groups: Memberships = ()
 
 
 class Collector(StreamCollector):
@@ -90,8 +106,11 @@ class Collector(StreamCollector):
         super().__init__(source)
         self.step: int | None = None
         self.occurrences: dict[str, int] = defaultdict(int)  # per API, in the current step
+        self.groups: Memberships = ()
 
     def feed(self, record: dict[str, Any]) -> list[RankValue]:
+        if record.get("kind") == KIND_GROUPS:
+            self.groups = memberships(record)
         if record.get("kind") != KIND_CALL or record.get("exc"):
             return []
         positions = list(_positions(record))
@@ -103,10 +122,24 @@ class Collector(StreamCollector):
         occurrence = self.occurrences[api]
         self.occurrences[api] += 1
         return [RankValue(self.source.run_id, api, step, occurrence, position, self.source.rank, digest,
-                          record.get("phase")) for position, digest in positions]
+                          record.get("phase"), self.groups) for position, digest in positions]
 
 
 HALF = RankValue  # what a rank publishes for online checks
+
+
+def agreement_suffices(invariant: Invariant) -> bool:
+    """Ranks that all hold the same value never violate an "equal" invariant; a "distinct"
+    one needs every value (see ``check.rank_summary``)."""
+    return invariant.subject["form"] == "equal"
+
+
+def agreement_key(half: RankValue) -> tuple:
+    return half.api, half.step, half.occurrence, half.position, half.digest
+
+
+def half_features(half: RankValue) -> dict[str, Any]:
+    return {"phase": half.phase}
 
 
 def key_of(item: RankValue | ValueExample) -> tuple[str, str]:
@@ -118,49 +151,63 @@ def invariant_key(invariant: Invariant) -> tuple[str, str]:
 
 
 def finalize(groups: dict[tuple[str, str], list[RankValue]]) -> dict[tuple[str, str], list[ValueExample]]:
-    """Join the ranks' values of the same (run, API, step, occurrence, position)."""
+    """Join the ranks' values of the same (run, API, step, occurrence, position), across the
+    world and within each process group."""
     joined: dict[tuple, dict[int, RankValue]] = defaultdict(dict)
     for values in groups.values():
         for v in values:
             joined[(v.run, v.api, v.step, v.occurrence, v.position)][v.rank] = v
     out: dict[tuple[str, str], list[ValueExample]] = defaultdict(list)
-    for (_, api, step, _, position), by_rank in joined.items():
-        if len(by_rank) < 2:
-            continue
-        ranks = tuple(sorted(by_rank))
-        phases = tuple(by_rank[r].phase for r in ranks)
-        features = (("phase", phases[0]), (PARTIES + "phase", phases))
-        out[(api, position)].append(ValueExample(api, position, step, ranks,
-                                                 tuple(by_rank[r].digest for r in ranks), features))
+    for (_, api, step, _, position), every_rank in joined.items():
+        for family, by_rank in within_groups(every_rank):
+            if len(by_rank) < 2:
+                continue
+            ranks = tuple(sorted(by_rank))
+            phases = tuple(by_rank[r].phase for r in ranks)
+            features = (("phase", phases[0]), (PARTIES + "phase", phases))
+            out[(api, position)].append(ValueExample(api, position, step, ranks,
+                                                     tuple(by_rank[r].digest for r in ranks), features, family))
     return out
 
 
 def infer(groups: dict[tuple[str, str], list[ValueExample]], sources: tuple[str, ...]) -> list[Invariant]:
     invariants = []
-    for (api, position), group in sorted(groups.items()):
+    for (api, position), examples in sorted(groups.items()):
         for form, phrase in FORMS.items():
-            passing = [e for e in group if e.holds(form)]
-            if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
-                continue
-            precondition = deduce([e.feature_map() for e in passing],
-                                  [e.feature_map() for e in group if not e.holds(form)])
-            if precondition is None:
-                continue
-            invariants.append(Invariant(
-                relation=RELATION,
-                subject={"api": api, "position": position, "form": form},
-                precondition=tuple(precondition),
-                support={"passing": len(passing), "excluded": len(group) - len(passing),
-                         "steps": len({e.step for e in passing}),
-                         "ranks": max(len(e.ranks) for e in passing)},
-                description=with_condition(f"the {position} of {api} {phrase} at the same call", precondition),
-                sources=sources,
-            ))
+            world: Invariant | None = None
+            for family, group in by_family(examples):
+                invariant = _hypothesis(api, position, form, phrase, family, group, sources)
+                if invariant is None or (family != WORLD and implied_by_world(world, invariant)):
+                    continue
+                invariants.append(invariant)
+                world = invariant if family == WORLD else world
     return invariants
 
 
+def _hypothesis(api: str, position: str, form: str, phrase: str, family: str, group: list[ValueExample],
+                sources: tuple[str, ...]) -> Invariant | None:
+    passing = [e for e in group if e.holds(form)]
+    if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
+        return None
+    precondition = deduce([e.feature_map() for e in passing], [e.feature_map() for e in group if not e.holds(form)])
+    if precondition is None:
+        return None
+    where = "every rank" if family == WORLD else describe_family(family)
+    phrase = phrase.replace("every rank", where)
+    return Invariant(
+        relation=RELATION,
+        subject={"api": api, "position": position, "form": form} | family_subject(family),
+        precondition=tuple(precondition),
+        support={"passing": len(passing), "excluded": len(group) - len(passing),
+                 "steps": len({e.step for e in passing}), "ranks": max(len(e.ranks) for e in passing)},
+        description=with_condition(f"the {position} of {api} {phrase} at the same call", precondition),
+        sources=sources,
+    )
+
+
 def violates(invariant: Invariant, e: ValueExample) -> bool:
-    return not e.holds(invariant.subject["form"]) and holds_all(invariant.precondition, e.feature_map())
+    return (e.group == family_of_invariant(invariant) and not e.holds(invariant.subject["form"])
+            and holds_all(invariant.precondition, e.feature_map()))
 
 
 def violation(invariant: Invariant, ex: ValueExample) -> dict[str, Any]:

@@ -1,0 +1,70 @@
+"""The per-step summary ranks publish instead of their cross-rank halves: agreeing ranks settle
+by digest, anything else makes the comparer fetch the halves."""
+
+from __future__ import annotations
+
+from traincheck_agent.check.online import _Watch
+from traincheck_agent.check.rank_summary import disagree, summarize
+from traincheck_agent.inference.invariant import Invariant
+from traincheck_agent.inference.preconditions import Clause
+from traincheck_agent.inference.relations import cross_rank, cross_rank_values
+
+DP = "size2/stride2"
+EQUAL_DATA = Invariant("CrossRankConsistent", {"event": "after:optimizer.step", "attribute": "data"},
+                       (Clause("tensor_model_parallel", False),))
+EQUAL_IN_DP = Invariant("CrossRankConsistent", {"event": "after:optimizer.step", "attribute": "data", "group": DP}, ())
+DISTINCT_BATCH = Invariant("CrossRankValue", {"api": "next", "position": "ret", "form": "distinct"}, ())
+
+
+def _snapshot(rank: int, var: str, digest: str, sharded: bool) -> cross_rank.RankSnapshot:
+    groups = ((DP, (rank % 2, rank % 2 + 2)),)
+    features = (("phase", "train"), ("tensor_model_parallel", sharded), ("vtype", "Parameter"))
+    return cross_rank.RankSnapshot("run", "after:optimizer.step", var, 3, 0, "data", rank, digest, features, groups)
+
+
+def _halves(rank: int, norm: str = "n", shard: str | None = None, batch: str | None = None) -> dict:
+    halves = {"CrossRankConsistent": [_snapshot(rank, "norm.weight", norm, False),
+                                      _snapshot(rank, "shard.weight", shard or f"s{rank % 2}", True)]}
+    if batch is not None:
+        halves["CrossRankValue"] = [cross_rank_values.RankValue("run", "next", 3, 0, "ret", rank, batch, "train")]
+    return halves
+
+
+WATCHES = {"CrossRankConsistent": _Watch(cross_rank, [EQUAL_DATA, EQUAL_IN_DP]),
+           "CrossRankValue": _Watch(cross_rank_values, [DISTINCT_BATCH])}
+
+
+def _digests(rank: int, **kw) -> dict[str, str]:
+    return summarize(_halves(rank, **kw), WATCHES).digests
+
+
+def test_scopes_follow_the_invariants_and_their_preconditions():
+    summary = summarize(_halves(1, batch="b1"), WATCHES)
+    # The replicated weight is in the world's digest and its data-parallel group's; the shard only
+    # in its group's (its precondition rules out the world's invariant).
+    assert set(summary.digests) == {"world", f"{DP}@1,3"}
+    assert [h.var for h in summary.digested["CrossRankConsistent"]] == ["norm.weight", "shard.weight"]
+    # Batches must differ across ranks: agreement settles nothing, so they go in full.
+    assert [h.digest for h in summary.direct["CrossRankValue"]] == ["b1"]
+
+
+def test_agreeing_ranks_settle_by_digest():
+    own = _digests(0)
+    others = {r: _digests(r) for r in (1, 2, 3)}
+    assert not disagree(own, others, 0)  # shards differ across groups, never within one
+
+
+def test_any_disagreement_in_a_scope_is_seen():
+    own = _digests(0)
+    drifted_shard = {1: _digests(1), 2: _digests(2), 3: _digests(3, shard="other")}
+    assert disagree(own, drifted_shard, 0)
+    drifted_norm = {1: _digests(1, norm="x"), 2: _digests(2), 3: _digests(3)}
+    assert disagree(own, drifted_norm, 0)
+
+
+def test_a_rank_without_a_scope_the_others_have_disagrees():
+    own = _digests(0)
+    others = {1: _digests(1), 2: _digests(2), 3: {"world": _digests(3)["world"]}}
+    assert disagree(own, others, 0)
+    # A rank that published nothing (reported missing) is left out, not counted as a mismatch.
+    assert not disagree(own, {1: _digests(1), 2: _digests(2)}, 0)
