@@ -1,4 +1,4 @@
-"""Two-rank DDP training on CPU with gloo (started by torchrun), fed by a DataLoader with a
+"""DDP training on CPU ranks with gloo (started by torchrun), fed by a DataLoader with a
 DistributedSampler. ``--bug same-data`` leaves the sampler out, so every rank trains on the same
 batches: nothing fails and the replicas stay equal, but half the compute is wasted.
 ``--bug dtype-roundtrip`` casts the wrapped model to half and back after DDP wrapped it: the
@@ -37,8 +37,8 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(100 + args.seed)
     batch = 8
-    data = TensorDataset(torch.randn(args.steps * batch * 2, 8, generator=gen),
-                         torch.randn(args.steps * batch * 2, 2, generator=gen))
+    samples = args.steps * batch * dist.get_world_size()  # enough for every rank's steps
+    data = TensorDataset(torch.randn(samples, 8, generator=gen), torch.randn(samples, 2, generator=gen))
     sampler = None if args.bug == "same-data" else DistributedSampler(data, shuffle=True, seed=args.seed)
     loader = DataLoader(data, batch_size=batch, sampler=sampler)
     losses = []

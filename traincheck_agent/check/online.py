@@ -120,7 +120,7 @@ class _CrossRank:
             others = [decode(entry.get("x") or {}, self.factories) for entry in entries.values()]
             if disagree(summary.digests, {r: e.get("s") or {} for r, e in entries.items()}, exchange.rank):
                 details = exchange.fetch_details(step)
-                others += [decode(entry.get("h") or {}, self.factories) for entry in details.values()]
+                others += [decode(entry.get("h") or {}, self.factories) for r, entry in details.items() if r in entries]
                 judged = own
             else:
                 judged = summary.direct  # every digested example agrees: nothing there can be violated
