@@ -3,7 +3,13 @@ by digest, anything else makes the comparer fetch the halves."""
 
 from __future__ import annotations
 
-from traincheck_agent.check.online import _Watch
+from dataclasses import replace
+
+import orjson
+import torch.distributed as dist
+
+from traincheck_agent.check.online import _CrossRank, _Watch
+from traincheck_agent.check.rank_exchange import StoreExchange
 from traincheck_agent.check.rank_summary import disagree, summarize
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import Clause
@@ -68,3 +74,50 @@ def test_a_rank_without_a_scope_the_others_have_disagrees():
     assert disagree(own, others, 0)
     # A rank that published nothing (reported missing) is left out, not counted as a mismatch.
     assert not disagree(own, {1: _digests(1), 2: _digests(2)}, 0)
+
+
+class _StoreWithoutAppend(dist.Store):
+    """A store that predates ``append`` (set / get / check only)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: dict[str, bytes] = {}
+
+    def set(self, key, value):
+        self.values[key] = value
+
+    def get(self, key):
+        return self.values[key]
+
+    def check(self, keys):
+        return all(k in self.values for k in keys)
+
+
+def _cross_rank_of(store, rank: int) -> _CrossRank:
+    watches = [_Watch(cross_rank, [EQUAL_DATA, EQUAL_IN_DP])]
+    return _CrossRank(watches, lambda run, restart: StoreExchange(store, rank, 4, run, restart))
+
+
+def test_a_rank_appends_its_summary_and_details_to_the_steps_two_keys():
+    store = dist.HashStore()
+    crossing = _cross_rank_of(store, 1)
+    crossing.run_id = "run"
+    for half in _halves(1)["CrossRankConsistent"]:
+        crossing.add("CrossRankConsistent", half)
+    crossing.steps_complete(before=4, report=lambda v: None)
+    summary = orjson.loads(store.get("traincheck/run/0/3/summary"))
+    assert summary["r"] == 1 and set(summary["s"]) == {"world", f"{DP}@1,3"}
+    details = orjson.loads(store.get("traincheck/run/0/3/details"))
+    assert [h[2] for h in details["h"]["CrossRankConsistent"]] == ["norm.weight", "shard.weight"]
+
+
+def test_a_store_that_fails_switches_cross_rank_checks_off_with_one_warning(capsys):
+    crossing = _cross_rank_of(_StoreWithoutAppend(), 1)
+    for step in (3, 4):
+        for half in _halves(1)["CrossRankConsistent"]:
+            crossing.add("CrossRankConsistent", replace(half, step=step))
+        crossing.steps_complete(before=step + 1, report=lambda v: None)
+    assert crossing.broken and not crossing.halves
+    err = capsys.readouterr().err
+    assert err.count("the cross-rank exchange failed") == 1
+    assert "cross-rank invariants are not checked for the rest of the run" in err

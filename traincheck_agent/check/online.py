@@ -29,7 +29,7 @@ from traincheck_agent.check.rank_summary import Summary, disagree, summarize
 from traincheck_agent.inference.engine import RELATIONS
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.stream import Collector, TraceSource, route_by_kind
-from traincheck_agent.messages import debug
+from traincheck_agent.messages import debug, warn_once
 from traincheck_agent.trace.schema import KIND_HEADER
 
 Report = Callable[[dict[str, Any]], None]
@@ -79,12 +79,31 @@ class _CrossRank:
         self.to_compare: dict[int, tuple[dict[str, list[Any]], Summary]] = {}
         self.run_id, self.restart = "", 0
         self.gone: set[int] = set()
+        self.broken = False  # the store failed: cross-rank invariants are off for the rest of the run
 
     def add(self, name: str, half: Any) -> None:
-        self.halves[half.step][name].append(half)
+        if not self.broken:
+            self.halves[half.step][name].append(half)
 
     def steps_complete(self, before: int, report: Report) -> None:
-        """Publish every step below ``before``, then compare what can be compared."""
+        """Publish every step below ``before``, then compare what can be compared. A store that
+        fails (e.g. one without ``append``) switches the cross-rank checks off, with one warning;
+        the other invariants are checked on."""
+        self._guarded(lambda: self._steps_complete(before, report))
+
+    def _guarded(self, work: Callable[[], None]) -> None:
+        if self.broken:
+            return
+        try:
+            work()
+        except Exception as exc:  # any store failure: stop exchanging, keep checking the rest
+            self.broken = True
+            self.halves.clear()
+            self.to_compare.clear()
+            warn_once("cross-rank-exchange", f"the cross-rank exchange failed ({type(exc).__name__}: {exc}); "
+                                             f"cross-rank invariants are not checked for the rest of the run")
+
+    def _steps_complete(self, before: int, report: Report) -> None:
         if self.exchange is None:
             self.exchange = self.factory(self.run_id, self.restart)
             if self.exchange is None:
@@ -127,6 +146,14 @@ class _CrossRank:
             exchange.forget(step)
             self._judge(judged, others, report)
 
+    def _finish(self, report: Report) -> None:
+        deadline = time.monotonic() + min(FINAL_GRACE_S, self.exchange.timeout_s if self.exchange else 0.0)
+        while self.to_compare and time.monotonic() < deadline:
+            self.compare(report, final=False)
+            if self.to_compare:
+                time.sleep(0.05)
+        self.compare(report, final=True)
+
     def _judge(self, own: dict[str, list[Any]], others: list[dict[str, list[Any]]], report: Report) -> None:
         for name, watch in self.watches.items():
             groups: dict[Hashable, list[Any]] = defaultdict(list)
@@ -139,13 +166,8 @@ class _CrossRank:
 
     def finish(self, report: Report) -> None:
         self.steps_complete(before=max(self.halves, default=-1) + 1, report=report)
-        deadline = time.monotonic() + min(FINAL_GRACE_S, self.exchange.timeout_s if self.exchange else 0.0)
-        while self.to_compare and time.monotonic() < deadline:
-            self.compare(report, final=False)
-            if self.to_compare:
-                time.sleep(0.05)
-        self.compare(report, final=True)
-        if self.exchange is not None:
+        self._guarded(lambda: self._finish(report))
+        if self.exchange is not None and not self.broken:
             debug(f"cross-rank exchange, rank {self.exchange.rank}: {self.exchange.stats.line()}")
 
 
