@@ -116,6 +116,20 @@ def _on_distributed_imported(module: Any) -> None:
     when_active(install)
 
 
+def _on_deepspeed_engine_imported(module: Any) -> None:
+    def install() -> None:
+        if runtime.current is None:
+            return
+        try:
+            from traincheck_agent.agent.deepspeed_probes import install_engine_probes
+
+            install_engine_probes(module)
+        except Exception as exc:
+            warn(f"cannot instrument {module.__name__} ({type(exc).__name__}: {exc})")
+
+    when_active(install)
+
+
 def _debug_figures(mode: str) -> None:
     from traincheck_agent.agent import patching
 
@@ -196,6 +210,8 @@ def start(mode: str) -> None:
     wrapt.register_post_import_hook(activate_with_torch, "torch")
     wrapt.register_post_import_hook(_on_distributed_imported, "torch.distributed")
     wrapt.register_post_import_hook(_on_distributed_imported, "torch.nn.parallel")
+    # Before the policies' hooks: the engine's step is a core probe, whatever a policy wraps.
+    wrapt.register_post_import_hook(_on_deepspeed_engine_imported, "deepspeed.runtime.engine")
     from traincheck_agent.agent.policy_patcher import install_policy_hooks
 
     install_policy_hooks(policy, when_active)

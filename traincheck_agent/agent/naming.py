@@ -17,19 +17,28 @@ import wrapt
 
 import traincheck_agent
 
-_SKIP_DIRS: tuple[str, ...] = ()
 _EXAMPLES_DIR = os.sep + os.path.join("traincheck_agent", "examples") + os.sep
 MAX_FRAMES = 12
+# Training frameworks whose frames sit between the user's code and torch: their variables
+# (``self.module`` inside DeepSpeed's engine) are never the user's names for a model.
+FRAMEWORKS = ("deepspeed", "accelerate", "transformers", "lightning", "pytorch_lightning")
+_skip: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def _package_dir(module: object) -> str:
+    return os.path.dirname(os.path.abspath(module.__file__)) + os.sep  # type: ignore[attr-defined]
 
 
 def _skip_dirs() -> tuple[str, ...]:
-    global _SKIP_DIRS
-    if not _SKIP_DIRS:
+    """The directories of torch, wrapt, this package and the frameworks imported so far."""
+    loaded = tuple(name for name in FRAMEWORKS if getattr(sys.modules.get(name), "__file__", None))
+    dirs = _skip.get(loaded)
+    if dirs is None:
         import torch
 
-        dirs = [torch.__file__, wrapt.__file__, traincheck_agent.__file__]
-        _SKIP_DIRS = tuple(os.path.dirname(os.path.abspath(d)) + os.sep for d in dirs)
-    return _SKIP_DIRS
+        dirs = tuple(_package_dir(m) for m in (torch, wrapt, traincheck_agent, *(sys.modules[n] for n in loaded)))
+        _skip[loaded] = dirs
+    return dirs
 
 
 def _is_library_frame(filename: str, skip: tuple[str, ...]) -> bool:

@@ -1,0 +1,62 @@
+"""DeepSpeed ZeRO on 2 CPU ranks (gloo, torchrun): collect, infer, check offline and online."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import PIPELINES, agent_env, run_python
+
+from traincheck_agent.inference.engine import check_offline, infer_invariants
+from traincheck_agent.inference.invariant import write_invariants
+from traincheck_agent.trace.reader import TraceFile, find_trace_files
+
+
+def _torchrun(out: Path, mode: str, *args: str, **env: str) -> Path:
+    cmd = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(PIPELINES / "deepspeed_train.py"),
+           *args]
+    proc = run_python(cmd, agent_env(mode, out, OMP_NUM_THREADS="1", **env))
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    root = tmp_path_factory.mktemp("deepspeed")
+    traces = [_torchrun(root / f"ref{seed}", "collect", "--stage", "1", "--seed", str(seed)) for seed in (0, 1)]
+    invariants, files = infer_invariants(traces)
+    inv_file = root / "inv.json"
+    write_invariants(invariants, inv_file, [str(f) for f in files])
+    return root, traces, invariants, inv_file
+
+
+def test_the_engine_step_is_the_training_step(reference):
+    _, traces, _, _ = reference
+    for path in find_trace_files([traces[0]]):
+        records = list(TraceFile(path).records())
+        steps = [r for r in records if r["kind"] == "call" and r["api"] == "deepspeed.runtime.engine.DeepSpeedEngine.step"]
+        assert [r["step"] for r in steps] == [0, 1, 2, 3, 4, 5]
+        # Snapshots are of the user's model by its own name, not of ZeRO's flat fp32 partition.
+        after = {r["var"] for r in records if r["kind"] == "state" and r["where"] == "after:optimizer.step"}
+        assert after == {f"model.{i}.{p}" for i in (0, 1, 3) for p in ("weight", "bias")}
+
+
+def test_replicas_are_equal_after_every_step_and_other_runs_check_clean(reference):
+    root, _, invariants, _ = reference
+    equal = {i.subject["event"] for i in invariants if i.relation == "CrossRankConsistent"
+             and i.subject["attribute"] == "data" and not i.precondition}
+    assert equal == {"before:optimizer.step", "after:optimizer.step"}
+    stage2 = _torchrun(root / "stage2", "collect", "--stage", "2", "--seed", "4", "--steps", "8")
+    assert check_offline(invariants, [stage2]) == []
+
+
+def test_a_rank_whose_weights_drift_is_caught_at_the_next_step(reference):
+    root, _, invariants, inv_file = reference
+    bug = _torchrun(root / "drift", "collect", "--stage", "2", "--seed", "3", "--bug", "weights-drift-on-one-rank")
+    [found] = check_offline(invariants, [bug])
+    assert (found["step"], found["variable"], found["ranks"]) == (3, "model.1.weight", [0, 1])
+    online = _torchrun(root / "online", "check", "--stage", "1", "--seed", "3", "--bug", "weights-drift-on-one-rank",
+                       TRAINCHECK_INV=str(inv_file))
+    [record] = [json.loads(line) for line in (online / "violations-0.jsonl").read_text().splitlines()]
+    assert (record["step"], record["variable"], record["ranks"]) == (3, "model.1.weight", [0, 1])

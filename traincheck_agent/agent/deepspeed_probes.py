@@ -1,0 +1,70 @@
+"""DeepSpeed's engine step is the training step.
+
+Under ZeRO the torch optimizer that DeepSpeed steps holds only this rank's flat fp32 partition,
+and the model's parameters are written by an all-gather after it; the user's step is
+``engine.step()``. So the engine's ``step`` is probed like an optimizer step: the snapshots
+around it are of the engine's module (every parameter, by the user's names, equal on every
+rank afterwards), the inner optimizer's step nests inside it and takes none of its own, and the
+step clock advances when it returns. Micro-steps of gradient accumulation (``step`` called
+off the accumulation boundary, where DeepSpeed does not update) are not steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traincheck_agent.agent import runtime
+from traincheck_agent.agent.call_recorder import CallContext, make_call_wrapper
+from traincheck_agent.agent.patching import wrap_attribute
+from traincheck_agent.agent.torch_probes import _enter, _leave, _rt
+from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY
+
+ENGINE_STEP = "deepspeed.runtime.engine.DeepSpeedEngine.step"
+_state = runtime.thread_state
+
+
+def _at_boundary(engine: Any) -> bool:
+    try:
+        return bool(engine.is_gradient_accumulation_boundary())
+    except Exception:  # an engine without the method: every step is a step
+        return True
+
+
+def _boundaries() -> list[bool]:
+    stack = getattr(_state, "engine_steps", None)
+    if stack is None:
+        stack = _state.engine_steps = []
+    return stack
+
+
+def _engine_step_before(ctx: CallContext) -> None:
+    boundary = _at_boundary(ctx.instance)
+    _boundaries().append(boundary)
+    if not boundary:
+        return
+    outermost = _enter("optimizer_steps")
+    rt = _rt()
+    rt.clock.start_training()
+    if outermost:
+        rt.probe.snapshot("before", "optimizer.step", ctx.call_id, module=ctx.instance.module)
+
+
+def _engine_step_after(ctx: CallContext) -> None:
+    stack = _boundaries()
+    if not (stack and stack.pop()):
+        return
+    if not _leave("optimizer_steps") or ctx.exc is not None:
+        return
+    rt = _rt()
+    rt.probe.snapshot("after", "optimizer.step", ctx.call_id, module=ctx.instance.module)
+    rt.clock.optimizer_step_finished(ctx.instance)
+
+
+def install_engine_probes(module: Any) -> None:
+    """Called when ``deepspeed.runtime.engine`` is imported."""
+    engine = getattr(module, "DeepSpeedEngine", None)
+    if isinstance(engine, type) and "step" in vars(engine):
+        wrap_attribute(engine, "step", make_call_wrapper(
+            ENGINE_STEP, args_level=DESCRIBE_SUMMARY, returns_level=DESCRIBE_NONE,
+            func_for_names=engine.step, is_method=True, before=_engine_step_before, after=_engine_step_after,
+        ))
