@@ -60,3 +60,20 @@ def test_a_rank_whose_weights_drift_is_caught_at_the_next_step(reference):
                        TRAINCHECK_INV=str(inv_file))
     [record] = [json.loads(line) for line in (online / "violations-0.jsonl").read_text().splitlines()]
     assert (record["step"], record["variable"], record["ranks"]) == (3, "model.1.weight", [0, 1])
+
+
+def test_gradient_accumulation_micro_steps_are_not_missing_updates(reference):
+    """With 2 micro-batches per step, ``engine.step()`` updates every second call: the calls off
+    the boundary are marked ``accumulating``, do not advance the step, and the invariants learned
+    without accumulation (every engine step calls the ZeRO optimizer's step) do not judge them."""
+    root, _, invariants, _ = reference
+    accumulate = _torchrun(root / "accumulate", "collect", "--stage", "2", "--seed", "5", "--accumulate", "2")
+    [path, *_] = find_trace_files([accumulate])
+    steps = [r for r in TraceFile(path).records()
+             if r["kind"] == "call" and r["api"] == "deepspeed.runtime.engine.DeepSpeedEngine.step"]
+    assert [(r["step"], (r.get("ctx") or {}).get("accumulating", False)) for r in steps[:4]] == [
+        (0, True), (0, False), (1, True), (1, False)]
+    contains = [i for i in invariants if i.relation == "EventContain"
+                and i.subject["api"] == "deepspeed.runtime.engine.DeepSpeedEngine.step"]
+    assert contains and all("accumulating = False" in i.description for i in contains)
+    assert check_offline(invariants, [accumulate]) == []

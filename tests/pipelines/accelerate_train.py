@@ -1,5 +1,15 @@
-"""A tiny Accelerate training loop (CPU), launched plainly or with torchrun."""
+"""A tiny Accelerate training loop (CPU), launched plainly or with torchrun.
 
+``--accumulate N`` accumulates gradients over N batches with ``accelerator.accumulate``: the
+wrapped optimizer's ``step`` and ``zero_grad`` do nothing until the N-th batch.
+``--bug zero-grad-first`` calls ``zero_grad`` at the top of the loop body instead of after the
+step: with accumulation it runs only on the N-th batch, before its backward, so it throws away
+the gradients of the batches before it, and the first batch of each step starts from the stale
+gradients of the last step.
+"""
+
+import argparse
+import contextlib
 import json
 
 import torch
@@ -8,20 +18,31 @@ from torch import nn
 
 
 def main() -> None:
-    accelerator = Accelerator(cpu=True)
-    torch.manual_seed(0)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--accumulate", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batches", type=int, default=4, help="batches per process")
+    parser.add_argument("--bug", choices=["none", "zero-grad-first"], default="none")
+    args = parser.parse_args()
+    accelerator = Accelerator(cpu=True, gradient_accumulation_steps=args.accumulate)
+    torch.manual_seed(args.seed)
     net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
     opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
-    gen = torch.Generator().manual_seed(3)
-    data = torch.utils.data.TensorDataset(torch.randn(64, 8, generator=gen), torch.randn(64, 2, generator=gen))
+    gen = torch.Generator().manual_seed(3 + args.seed)
+    samples = 16 * args.batches * accelerator.num_processes
+    data = torch.utils.data.TensorDataset(torch.randn(samples, 8, generator=gen), torch.randn(samples, 2, generator=gen))
     loader = torch.utils.data.DataLoader(data, batch_size=16)
     net, opt, loader = accelerator.prepare(net, opt, loader)
     losses = []
     for x, y in loader:
-        opt.zero_grad()
-        loss = nn.functional.mse_loss(net(x), y)
-        accelerator.backward(loss)
-        opt.step()
+        with accelerator.accumulate(net) if args.accumulate > 1 else contextlib.nullcontext():
+            if args.bug == "zero-grad-first":
+                opt.zero_grad()
+            loss = nn.functional.mse_loss(net(x), y)
+            accelerator.backward(loss)
+            opt.step()
+            if args.bug == "none":
+                opt.zero_grad()
         losses.append(loss.item())
     print(json.dumps({"rank": accelerator.process_index, "losses": losses}))
 

@@ -51,9 +51,11 @@ class CallContext:
         self.record = True  # a ``before`` hook may turn recording of this call off
 
 
-def active_context(grad_enabled: bool) -> dict[str, Any] | None:
+def active_context(grad_enabled: bool, accumulating: bool = False) -> dict[str, Any] | None:
     """Execution context worth recording (only what is not the default)."""
     ctx: dict[str, Any] = {}
+    if accumulating:
+        ctx["accumulating"] = True  # a gradient-accumulation micro-step: no update at its end
     if not grad_enabled:
         ctx["grad"] = False
     if torch.is_inference_mode_enabled():
@@ -145,7 +147,7 @@ def make_call_wrapper(
                     "phase": rt.clock.phase(grad),
                     "args": described,
                 }
-                extra = active_context(grad)
+                extra = active_context(grad, rt.registry.accumulating())
                 if extra is not None:
                     record_fields["ctx"] = extra
         except Exception as exc:  # agent fault: the user's call still runs

@@ -38,6 +38,7 @@ def _boundaries() -> list[bool]:
 
 
 def _engine_step_before(ctx: CallContext) -> None:
+    _rt().registry.accumulators.add(ctx.instance)  # its micro-steps are marked in call records
     boundary = _at_boundary(ctx.instance)
     _boundaries().append(boundary)
     if not boundary:

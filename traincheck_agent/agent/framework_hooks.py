@@ -16,6 +16,7 @@ import torch
 from traincheck_agent.agent import runtime
 from traincheck_agent.agent.call_recorder import CallContext
 from traincheck_agent.agent.naming import first_user_frame
+from traincheck_agent.policy.model import FRAMEWORK_ENTRY_POINTS
 
 
 def _modules_in(values: Any) -> Iterator[torch.nn.Module]:
@@ -26,17 +27,23 @@ def _modules_in(values: Any) -> Iterator[torch.nn.Module]:
             yield from (v for v in value if isinstance(v, torch.nn.Module))
 
 
+def _accumulates(obj: Any) -> bool:
+    """A DeepSpeed engine or an Accelerator: it knows whether this micro-step will update."""
+    return hasattr(obj, "is_gradient_accumulation_boundary") or hasattr(type(obj), "sync_gradients")
+
+
 def register_models_handed_over(ctx: CallContext) -> None:
     rt = runtime.current
     if rt is None or ctx.exc is not None:
         return
     frame = first_user_frame()
-    for module in _modules_in([*ctx.args, *ctx.kwargs.values(), ctx.result]):
+    handed = list(_modules_in([*ctx.args, *ctx.kwargs.values(), ctx.result]))
+    for module in handed:
         rt.registry.register_root(module, frame)
+    for engine in (ctx.instance, *handed):
+        if engine is not None and _accumulates(engine):
+            rt.registry.accumulators.add(engine)
 
 
-AFTER_CALL: dict[str, Callable[[CallContext], None]] = {
-    "deepspeed.initialize": register_models_handed_over,
-    "accelerate.accelerator.Accelerator.prepare": register_models_handed_over,
-    "accelerate.accelerator.Accelerator.prepare_model": register_models_handed_over,
-}
+AFTER_CALL: dict[str, Callable[[CallContext], None]] = dict.fromkeys(FRAMEWORK_ENTRY_POINTS,
+                                                                     register_models_handed_over)

@@ -53,6 +53,15 @@ def _frame_values(frame: FrameType) -> list[object]:
     return values
 
 
+def _accumulating(engine: Any) -> bool:
+    try:
+        if hasattr(engine, "is_gradient_accumulation_boundary"):  # DeepSpeed
+            return not engine.is_gradient_accumulation_boundary()
+        return getattr(engine, "sync_gradients", True) is False  # Accelerate
+    except Exception:  # an engine in a state we cannot read: not accumulating
+        return False
+
+
 class ModelRegistry:
     def __init__(self) -> None:
         self._names = NameBook()
@@ -60,6 +69,8 @@ class ModelRegistry:
         self._aliases: dict[int, int] = {}  # id(wrapper) -> id(root)
         # DistributedDataParallel wrappers: whether their next backward all-reduces (no_sync).
         self.ddp_wrappers: weakref.WeakSet = weakref.WeakSet()
+        # Engines that accumulate gradients over micro-steps (DeepSpeed engines, Accelerators).
+        self.accumulators: weakref.WeakSet = weakref.WeakSet()
         self.module_names: dict[int, str] = {}
         self.param_names: dict[int, str] = {}
         self.param_owner: dict[int, str] = {}
@@ -78,6 +89,14 @@ class ModelRegistry:
     def ddp_grad_sync(self) -> bool:
         """False while a DDP wrapper is in ``no_sync`` (its backward will not all-reduce)."""
         return all(getattr(w, "require_backward_grad_sync", True) for w in list(self.ddp_wrappers))
+
+    def accumulating(self) -> bool:
+        """True inside a gradient-accumulation micro-step, one that ends without an update: DDP's
+        ``no_sync``, a DeepSpeed engine off its accumulation boundary, an Accelerator that is
+        not syncing gradients."""
+        if self.ddp_wrappers and not self.ddp_grad_sync():
+            return True
+        return any(_accumulating(a) for a in list(self.accumulators)) if self.accumulators else False
 
     def register_root(self, module: torch.nn.Module, frame: FrameType | None, alias: Any = None) -> str:
         """Register ``module`` (unwrapped) as a root model; returns its name."""

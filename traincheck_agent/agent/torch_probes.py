@@ -87,7 +87,36 @@ def _name_optimizer(opt: Any) -> None:
         registry.optimizer_name(opt, first_user_frame())
 
 
+def _skips_update(optimizer: Any) -> bool:
+    """An optimizer wrapper that leaves the parameters alone on this call: Accelerate's, inside
+    ``accumulate()`` off the accumulation boundary (it steps the torch optimizer only when the
+    gradients are synchronised)."""
+    state = getattr(optimizer, "gradient_state", None)
+    return state is not None and getattr(state, "sync_gradients", True) is False
+
+
+def _skipped_calls() -> list[bool]:
+    stack = getattr(_depths, "skipped_calls", None)
+    if stack is None:
+        stack = _depths.skipped_calls = []
+    return stack
+
+
+def _enter_skippable(ctx: CallContext) -> bool:
+    """Note whether this optimizer call is a no-op micro-step call; True if it is."""
+    skipped = _skips_update(ctx.instance)
+    _skipped_calls().append(skipped)
+    return skipped
+
+
+def _leave_skippable() -> bool:
+    stack = _skipped_calls()
+    return bool(stack) and stack.pop()
+
+
 def _step_before(ctx: CallContext) -> None:
+    if _enter_skippable(ctx):
+        return  # a micro-step: no update, no snapshots, the step clock stays
     outermost = _enter("optimizer_steps")
     rt = _rt()
     rt.clock.start_training()
@@ -97,6 +126,8 @@ def _step_before(ctx: CallContext) -> None:
 
 
 def _step_after(ctx: CallContext) -> None:
+    if _leave_skippable():
+        return
     if not _leave("optimizer_steps") or ctx.exc is not None:
         return
     rt = _rt()
@@ -105,6 +136,8 @@ def _step_after(ctx: CallContext) -> None:
 
 
 def _zero_grad_before(ctx: CallContext) -> None:
+    if _enter_skippable(ctx):
+        return  # Accelerate keeps the accumulated gradients: nothing is cleared
     outermost = _enter("zero_grads")
     _rt().clock.start_training()
     target = ctx.instance
@@ -118,6 +151,8 @@ def _zero_grad_before(ctx: CallContext) -> None:
 
 
 def _zero_grad_after(ctx: CallContext) -> None:
+    if _leave_skippable():
+        return
     if not _leave("zero_grads") or ctx.exc is not None:
         return
     target = ctx.instance

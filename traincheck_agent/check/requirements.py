@@ -31,6 +31,7 @@ from traincheck_agent.policy.model import (
     DESCRIBE_LEVELS,
     DESCRIBE_NONE,
     DESCRIBE_SUMMARY,
+    FRAMEWORK_ENTRY_POINTS,
     STATE_EVENTS,
     STATE_POINTS,
     ApiRule,
@@ -272,7 +273,10 @@ def reduce_policy(policy: Policy, req: Requirements) -> tuple[Policy, list[str]]
     """
     modules = sorted({r.module for r in policy.apis.values()}, key=len, reverse=True)
     owner: dict[str, str] = {}
-    for api in req.apis:
+    # The framework entry points stay wrapped (scope only unless needed): the agent names the
+    # models they receive and notes the engines that accumulate gradients.
+    wanted = [*req.apis, *(a for a in FRAMEWORK_ENTRY_POINTS if a not in req.apis)]
+    for api in wanted:
         for module in modules:
             if api.startswith(module + "."):
                 owner[api] = module
@@ -280,7 +284,7 @@ def reduce_policy(policy: Policy, req: Requirements) -> tuple[Policy, list[str]]
     apis: dict[str, ApiRule] = {}
     covered: set[str] = set()
     for rule_id, rule in policy.apis.items():
-        mine = [a for a in req.apis if owner.get(a) == rule.module]
+        mine = [a for a in wanted if owner.get(a) == rule.module]
         names = _relative_names(rule, mine)
         covered.update(f"{rule.module}.{n}" for n in names)
         if req.keep_nesting:

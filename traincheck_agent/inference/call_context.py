@@ -8,9 +8,11 @@ from typing import Any
 
 
 def context_features(record: dict[str, Any]) -> dict[str, Any]:
-    """``autocast`` (e.g. ``cpu:bfloat16``, or None), ``grad_enabled`` and ``phase``."""
+    """``autocast`` (e.g. ``cpu:bfloat16``, or None), ``grad_enabled``, ``phase`` and
+    ``accumulating`` (a gradient-accumulation micro-step that ends without an update)."""
     ctx = record.get("ctx") or {}
-    return {"autocast": ctx.get("autocast"), "grad_enabled": ctx.get("grad", True), "phase": record.get("phase")}
+    return {"autocast": ctx.get("autocast"), "grad_enabled": ctx.get("grad", True), "phase": record.get("phase"),
+            "accumulating": ctx.get("accumulating", False)}
 
 
 def receiver(record: dict[str, Any]) -> dict[str, Any] | None:

@@ -7,7 +7,9 @@ Only direct children count (C's nearest recorded caller is P), and C is never a 
 forward: which submodules a model calls is its architecture, not a rule of the framework. A
 call is recorded when it returns, so before its caller; each child is noted under its parent's
 id until the parent's record arrives. The precondition is deduced from the caller's context
-(phase, grad mode, the module's training flag).
+(phase, grad mode, the module's training flag). When no passing call was made inside a
+gradient-accumulation micro-step (``accumulating``), the invariant is scoped to calls outside
+them: an engine's ``step`` off the accumulation boundary rightly calls no optimizer step.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from traincheck_agent.inference.preconditions import (
     FeatureExample,
     deduce,
     holds_all,
+    scoped,
     with_condition,
 )
 from traincheck_agent.inference.stream import Collector as StreamCollector
@@ -30,6 +33,7 @@ from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "EventContain"
 READS = (KIND_CALL,)  # the record kinds its collector reads
+SCOPE_FEATURES = ("accumulating",)
 MIN_PASSING = 5
 MIN_STEPS = 2
 
@@ -84,6 +88,7 @@ def infer(groups: dict[str, list[ContainExample]], sources: tuple[str, ...]) -> 
                                   [e.feature_map() for e in group if child not in e.children])
             if precondition is None:
                 continue
+            precondition = scoped(precondition, [e.feature_map() for e in passing], SCOPE_FEATURES)
             invariants.append(Invariant(
                 relation=RELATION,
                 subject={"api": api, "child": child},
