@@ -8,6 +8,7 @@ names the variable, and the default is used.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from collections.abc import Mapping
@@ -32,7 +33,9 @@ ENV_VARS: dict[str, str] = {
     "TRAINCHECK_CHECK_TRACE": "check mode: 1 = also write the trace of what was checked (default 0).",
     "TRAINCHECK_POLICY": "Extra policy files, ':'-separated; later files add to or override earlier ones.",
     "TRAINCHECK_NO_DEFAULT_POLICIES": "1 = load only the files in TRAINCHECK_POLICY.",
-    "TRAINCHECK_RUN_ID": "Run id shared by all ranks (set by the launcher process if unset).",
+    "TRAINCHECK_RUN_ID": "Run id shared by all ranks. If unset, each node's launcher makes one for its ranks; "
+                         "ranks of a multi-node torchrun rendezvous use the rendezvous id instead "
+                         "(TORCHELASTIC_RUN_ID, the same on every node).",
     "TRAINCHECK_FLUSH_INTERVAL": "Seconds between background flushes of the trace, or hand-overs to the "
                                  "checker in check mode (default 0.5).",
     "TRAINCHECK_FLUSH_RECORDS": "Buffered records that trigger an early flush (default 2000).",
@@ -90,6 +93,28 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
 
 
+# Set by a launcher next to the TRAINCHECK_RUN_ID it made up (the user did not choose one).
+LAUNCHER_RUN_ID = "TRAINCHECK_LAUNCHER_RUN_ID"
+_UNSAFE_IN_NAMES = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def run_id_from(env: Mapping[str, str]) -> str:
+    """The user's TRAINCHECK_RUN_ID; else, in a rank of a torchrun rendezvous over several nodes,
+    the rendezvous id (each node's launcher would have made its own); else the id this node's
+    launcher exported; else a new one."""
+    own = env.get("TRAINCHECK_RUN_ID") or ""
+    if own and env.get(LAUNCHER_RUN_ID) != own:
+        return own
+    rendezvous = env.get("TORCHELASTIC_RUN_ID") or ""
+    try:
+        nodes = int(env.get("GROUP_WORLD_SIZE") or 1)
+    except ValueError:
+        nodes = 1
+    if nodes > 1 and rendezvous not in ("", "none"):
+        return "rdzv-" + _UNSAFE_IN_NAMES.sub("_", rendezvous)[:64]
+    return own or new_run_id()
+
+
 def normalise_mode(raw: str | None) -> str | None:
     """Return the mode named by ``raw``, "off" when unset/empty, or None when unknown."""
     if raw is None:
@@ -129,7 +154,7 @@ class Settings:
             out_dir=Path(env.get("TRAINCHECK_OUT") or "traincheck_out").expanduser(),
             policy_files=_split_paths(env.get("TRAINCHECK_POLICY")),
             use_default_policies=env.get("TRAINCHECK_NO_DEFAULT_POLICIES", "") in ("", "0"),
-            run_id=env.get("TRAINCHECK_RUN_ID") or new_run_id(),
+            run_id=run_id_from(env),
             flush_interval_s=_float(env, "TRAINCHECK_FLUSH_INTERVAL", 0.5, 0.01),
             flush_max_records=int(_float(env, "TRAINCHECK_FLUSH_RECORDS", 2000, 1)),
             skip_programs=skip,

@@ -27,7 +27,7 @@ from traincheck_agent.agent.process_role import ProcessRole, classify
 from traincheck_agent.messages import debug, warn
 from traincheck_agent.policy import load_policies
 from traincheck_agent.policy.loader import default_policy_files
-from traincheck_agent.settings import Settings
+from traincheck_agent.settings import LAUNCHER_RUN_ID, Settings
 from traincheck_agent.trace.schema import KIND_HEADER, SCHEMA_VERSION
 
 _started = False
@@ -146,7 +146,8 @@ def start(mode: str) -> None:
     role, reason = classify(extra_skip=settings.skip_programs)
     if role is ProcessRole.LAUNCHER:
         # Every rank this launcher starts inherits the same run id.
-        os.environ.setdefault("TRAINCHECK_RUN_ID", settings.run_id)
+        if not os.environ.get("TRAINCHECK_RUN_ID"):
+            os.environ["TRAINCHECK_RUN_ID"] = os.environ[LAUNCHER_RUN_ID] = settings.run_id
         debug(f"launcher process ({reason}): run id {os.environ['TRAINCHECK_RUN_ID']}")
         return
     if role in (ProcessRole.TOOL, ProcessRole.COMPILE_WORKER):
