@@ -131,3 +131,15 @@ def test_tensor_parallel_ranks_loading_different_batches_are_caught(reference):
     first = [v for v in violations if v["step"] == -1]  # the very first batch
     assert sorted(v["ranks"] for v in first) == [[0, 1], [2, 3]]
     assert {v["relation"] for v in check_offline(invariants, [bug])} == {"CrossRankValue"}
+
+
+def test_groups_of_a_device_mesh_are_the_same_families(reference):
+    """The same layout made by ``init_device_mesh``: its groups are recorded with their mesh
+    dimension and checked against the invariants learned from ``new_group``'s."""
+    root, _, invariants, _ = reference
+    mesh = _torchrun(root / "mesh", "collect", "--mesh", "--steps", "4")
+    for f in sorted(mesh.glob("trace_*.jsonl")):
+        records = [json.loads(line) for line in f.read_text().splitlines()]
+        found = [{(g["family"], g.get("desc")) for g in r["groups"]} for r in records if r["kind"] == "groups"]
+        assert {(TP, "mesh_tp"), (DP, "mesh_dp")} in found
+    assert check_offline(invariants, [mesh]) == []

@@ -6,7 +6,7 @@ does not split) and a sharded Linear (``tensor_model_parallel=True``: each rank 
 tensor-parallel group holds its own shard). With ``--tp N`` (default: the whole world) the
 ranks form groups of N consecutive ranks (tensor parallel) and groups of ranks N apart (data
 parallel), made with ``new_group`` as Megatron-style set-ups do: ranks of one tensor-parallel
-group load the same batches (a ``DistributedSampler`` over the data-parallel ranks), data-parallel
+group load the same batches (``--mesh``: the groups come from a 2-D DeviceMesh instead) (a ``DistributedSampler`` over the data-parallel ranks), data-parallel
 groups different ones. Replicated grads are averaged
 over the world and shard grads over the data-parallel group, so replicas stay equal.
 
@@ -32,18 +32,25 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--tp", type=int, default=0, help="tensor-parallel size (0: the whole world)")
+    parser.add_argument("--mesh", action="store_true", help="make the groups with init_device_mesh")
     parser.add_argument("--bug", choices=["none", "clip-on-one-rank", "unscaled-shard-grad", "sampler-by-global-rank"], default="none")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     tp = args.tp or world
     dp = world // tp
-    # Every rank creates every group, in the same order (new_group requires it).
-    tp_groups = [dist.new_group(list(range(d * tp, (d + 1) * tp))) for d in range(dp)] if dp > 1 else []
-    dp_groups = [dist.new_group(list(range(t, world, tp))) for t in range(tp)] if dp > 1 else []
     tp_rank, dp_rank = rank % tp, rank // tp
-    dp_group = dp_groups[tp_rank] if dp_groups else None
-    del tp_groups  # the layout only: nothing here communicates within a tensor-parallel group
+    dp_group = None
+    if dp > 1 and args.mesh:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        dp_group = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp")).get_group("dp")
+    elif dp > 1:
+        # Every rank creates every group, in the same order (new_group requires it); nothing here
+        # communicates within a tensor-parallel group, but the layout has them.
+        for d in range(dp):
+            dist.new_group(list(range(d * tp, (d + 1) * tp)))
+        dp_group = [dist.new_group(list(range(t, world, tp))) for t in range(tp)][tp_rank]
 
     torch.manual_seed(0)
     norm = nn.LayerNorm(16)

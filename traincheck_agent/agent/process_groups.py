@@ -51,6 +51,9 @@ def current_groups() -> list[dict[str, Any]]:
             name = names.get(pg) if isinstance(names, dict) else None
             if isinstance(name, str):
                 group["name"] = name
+            desc = getattr(pg, "group_desc", None)  # e.g. "mesh_tp" for a DeviceMesh dimension
+            if isinstance(desc, str) and desc not in ("", "undefined"):
+                group["desc"] = desc
             groups.append(group)
     return sorted(groups, key=lambda g: (g["family"], g["ranks"]))
 

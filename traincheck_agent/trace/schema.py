@@ -21,7 +21,8 @@ A trace is one JSON-lines file per process. Every line is one JSON object with a
     ``requires_grad`` and framework attributes such as ``tensor_model_parallel``.
 ``groups``
     this rank's process groups, written when they change (``step``, ``t_ns``, ``groups``: a
-    list of ``{"ranks": [global ranks], "family": "size2/stride1", "name": ...}``; groups of one
+    list of ``{"ranks": [global ranks], "family": "size2/stride1", "name": ..., "desc": ...}``,
+    ``desc`` the group's description where torch has one, e.g. ``mesh_tp``; groups of one
     rank and of the whole world left out). Cross-rank relations compare within each family
     (``trace.groups``).
 ``note``
