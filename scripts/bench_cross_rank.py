@@ -4,7 +4,8 @@ For each world size: collects a clean reference of ``tests/pipelines/ddp_train.p
 its invariants (CrossRankConsistent on every parameter, CrossRankValue on the batches, and the
 single-rank relations), then runs the same script plain and under ``TRAINCHECK_MODE=check``
 alternately and reports the median wall time of the whole ``torchrun`` (all ranks) and its
-ratio, plus the exchange's own figures that ``TRAINCHECK_DEBUG=1`` prints at exit: store round
+ratio, the time ``traincheck infer`` takes over the reference's traces (it should grow
+linearly with the ranks), plus the exchange's own figures that ``TRAINCHECK_DEBUG=1`` prints at exit: store round
 trips and bytes per step on rank 0 (the comparer) and on another rank, and the steps whose full
 halves rank 0 had to fetch (0 in a clean run: the ranks' digests agree).
 
@@ -68,7 +69,9 @@ def main() -> None:
         for world in args.worlds:
             ref = tmp / f"ref{world}"
             torchrun(world, args.steps, base | {"TRAINCHECK_MODE": "collect", "TRAINCHECK_OUT": str(ref)})
+            started = time.perf_counter()
             invariants, files = infer_invariants([ref])
+            infer_s = time.perf_counter() - started
             inv = tmp / f"inv{world}.json"
             write_invariants(invariants, inv, [str(f) for f in files])
             walls: dict[str, list[float]] = {"plain": [], "check": []}
@@ -86,6 +89,7 @@ def main() -> None:
             plain, check = statistics.median(walls["plain"]), statistics.median(walls["check"])
             report["worlds"][world] = {
                 "invariants": len(invariants),
+                "infer_s": round(infer_s, 3),
                 "cross_rank_invariants": sum(i.relation.startswith("CrossRank") for i in invariants),
                 "wall_plain_s": round(plain, 2), "wall_check_s": round(check, 2),
                 "check_ratio": round(check / plain, 3),

@@ -143,3 +143,17 @@ def test_groups_of_a_device_mesh_are_the_same_families(reference):
         found = [{(g["family"], g.get("desc")) for g in r["groups"]} for r in records if r["kind"] == "groups"]
         assert {(TP, "mesh_tp"), (DP, "mesh_dp")} in found
     assert check_offline(invariants, [mesh]) == []
+
+
+def test_inference_from_a_subset_of_the_ranks(reference):
+    """Traces of one group only say nothing about the world: inferring from ranks 0 and 1 (a
+    tensor-parallel group) gives that family's invariants, which the whole run satisfies."""
+    _, trace, _, _ = reference
+    subset, files = infer_invariants([trace], ranks={0, 1})
+    assert len(files) == 2
+    families = {i.subject.get("group", WORLD) for i in subset if i.relation.startswith("CrossRank")}
+    assert families == {TP}
+    assert check_offline(subset, [trace]) == []
+    data_parallel, _ = infer_invariants([trace], ranks={0, 2})
+    assert {i.subject.get("group", WORLD) for i in data_parallel if i.relation.startswith("CrossRank")} == {DP}
+    assert check_offline(data_parallel, [trace]) == []

@@ -24,6 +24,9 @@ def add_parser(commands: Any) -> None:
                        help="invariants file to write (default invariants.json)")
     infer.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="show a progress bar on stderr (default: when stderr is a terminal)")
+    infer.add_argument("--ranks", type=rank_set, default=None, metavar="LIST",
+                       help="only the traces of these ranks, e.g. 0-7,16 (cross-rank invariants are "
+                            "learned among them: pick whole process groups)")
     infer.set_defaults(handler=run_infer)
 
     invariants = commands.add_parser("invariants", help="inspect invariants files",
@@ -38,6 +41,21 @@ def add_parser(commands: Any) -> None:
     show.set_defaults(handler=run_show)
 
 
+def rank_set(text: str) -> frozenset[int]:
+    """``0-3,8`` -> {0, 1, 2, 3, 8}."""
+    ranks: set[int] = set()
+    try:
+        for part in text.split(","):
+            first, _, last = part.strip().partition("-")
+            lo, hi = int(first), int(last or first)
+            if lo < 0 or hi < lo:
+                raise ValueError
+            ranks.update(range(lo, hi + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of ranks: {text!r} (e.g. 0-7,16)") from None
+    return frozenset(ranks)
+
+
 def run_infer(args: argparse.Namespace) -> int:
     from traincheck_agent.cli.progress import ProgressBar
     from traincheck_agent.inference.engine import infer_invariants
@@ -46,13 +64,15 @@ def run_infer(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     bar = ProgressBar("inferring", enabled=args.progress)
     try:
-        invariants, files = infer_invariants(args.paths, lambda done, total: bar.update(done, total, "reading traces"))
+        invariants, files = infer_invariants(args.paths, lambda done, total: bar.update(done, total, "reading traces"),
+                                             ranks=args.ranks)
     except (FileNotFoundError, TraceFormatError) as exc:
         return fail(str(exc))
     finally:
         bar.close()
     if not files:
-        return fail(f"no trace files under {' '.join(args.paths)}")
+        of_ranks = "" if args.ranks is None else " of the ranks asked for"
+        return fail(f"no trace files{of_ranks} under {' '.join(args.paths)}")
     write_invariants(invariants, args.output, [str(f) for f in files])
     took = time.perf_counter() - started
     print(f"{len(invariants)} invariants from {len(files)} trace file(s) "

@@ -8,7 +8,7 @@ not emitted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from traincheck_agent.inference.relations import (
     threshold,
 )
 from traincheck_agent.inference.stream import check, collect_all
-from traincheck_agent.trace.reader import find_trace_files, reading_session
+from traincheck_agent.trace.reader import TraceFile, find_trace_files, reading_session
 
 RELATIONS = (state_transition, cross_rank, output_dtype, distinct_argument, context_argument, api_sequence,
              threshold, periodic_change, event_contain, input_output,
@@ -57,10 +57,14 @@ def _reading(files: list[Path], progress: Progress | None) -> Iterator[None]:
         progress(total, total)
 
 
-def infer_invariants(paths: Iterable[str | Path], progress: Progress | None = None
-                     ) -> tuple[list[Invariant], list[Path]]:
-    """The invariants that hold in every trace under ``paths``, and the trace files read."""
+def infer_invariants(paths: Iterable[str | Path], progress: Progress | None = None,
+                     ranks: Collection[int] | None = None) -> tuple[list[Invariant], list[Path]]:
+    """The invariants that hold in every trace under ``paths``, and the trace files read;
+    ``ranks``: only the traces of those ranks (cross-rank invariants are learned among them)."""
     files = find_trace_files(paths)
+    if ranks is not None:
+        wanted = set(ranks)
+        files = [f for f in files if TraceFile(f).header.get("rank") in wanted]
     sources = tuple(sorted(p.name for p in files))
     with _reading(files, progress):
         examples = collect_all(RELATIONS, files)

@@ -36,12 +36,17 @@ def memberships(record: dict[str, Any]) -> Memberships:
 
 
 def within_groups(by_rank: dict[int, H]) -> list[tuple[str, dict[int, H]]]:
-    """The world, then each group (of each family) that two or more of these ranks share."""
-    parts: list[tuple[str, dict[int, H]]] = [(WORLD, by_rank)]
+    """The world, then each group (of each family) that two or more of these ranks share.
+
+    When the ranks at hand all lie inside one group (traces of a subset of the ranks, e.g. one
+    tensor-parallel group), they say nothing about the world: only the group's part is made."""
     shared: dict[tuple[str, tuple[int, ...]], dict[int, H]] = defaultdict(dict)
     for rank, half in by_rank.items():
         for family, members in half.groups:
             shared[(family, members)][rank] = half
+    present = set(by_rank)
+    inside_one_group = any(present <= set(members) for _, members in shared)
+    parts: list[tuple[str, dict[int, H]]] = [] if inside_one_group else [(WORLD, by_rank)]
     parts += [(family, part) for (family, _), part in sorted(shared.items()) if len(part) >= 2]
     return parts
 
