@@ -45,6 +45,8 @@ def main() -> None:
                 opt.zero_grad()
         losses.append(loss.item())
     print(json.dumps({"rank": accelerator.process_index, "losses": losses}))
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
