@@ -80,6 +80,7 @@ class _CrossRank:
         self.run_id, self.restart = "", 0
         self.gone: set[int] = set()
         self.broken = False  # the store failed: cross-rank invariants are off for the rest of the run
+        self.placements: dict[tuple, Any] = {}  # summarize's memo, kept across steps
 
     def add(self, name: str, half: Any) -> None:
         if not self.broken:
@@ -112,7 +113,7 @@ class _CrossRank:
                 return
         for step in sorted(s for s in self.halves if s < before):
             own = self.halves.pop(step)
-            summary = summarize(own, self.watches)
+            summary = summarize(own, self.watches, self.placements)
             if self.exchange.comparer:
                 self.to_compare[step] = (own, summary)
             else:

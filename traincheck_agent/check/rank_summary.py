@@ -54,28 +54,50 @@ def _members(scope: str, present: set[int]) -> set[int]:
     return {int(r) for r in ranks.split(",") if r} & present
 
 
-def summarize(own: dict[str, list[Any]], watches: dict[str, _Watch]) -> Summary:
+# Where a half goes, by what decides it (relation, key, the rank's own features and groups): the
+# same for a variable step after step, so it is worked out once per variable and point.
+Placement = tuple[bool, tuple[str, ...]]  # (sent in full, scopes it is digested in)
+
+
+def _placement(watch: _Watch, half: Any) -> Placement:
+    relation = watch.relation
+    invariants = watch.by_key.get(relation.key_of(half), ())
+    if any(not relation.agreement_suffices(inv) for inv in invariants):
+        return True, ()
+    features = relation.half_features(half)
+    scopes = {scope_of(family_of_invariant(inv), half) for inv in invariants
+              if holds_locally(inv.precondition, features)} - {None}
+    return False, tuple(sorted(scopes))  # type: ignore[arg-type]
+
+
+def summarize(own: dict[str, list[Any]], watches: dict[str, _Watch],
+              placements: dict[tuple, Placement] | None = None) -> Summary:
+    """This rank's summary of one step's halves; ``placements`` memoises where each kind of
+    half goes across steps."""
+    placements = {} if placements is None else placements
     summary = Summary()
     keys: dict[str, list[Any]] = defaultdict(list)
     for name, halves in own.items():
         watch = watches[name]
         relation = watch.relation
         for half in halves:
-            invariants = watch.by_key.get(relation.key_of(half), ())
-            if any(not relation.agreement_suffices(inv) for inv in invariants):
+            memo_key = (name, relation.key_of(half), relation.placement_key(half))
+            placement = placements.get(memo_key)
+            if placement is None:
+                placement = placements[memo_key] = _placement(watch, half)
+            direct, scopes = placement
+            if direct:
                 summary.direct.setdefault(name, []).append(half)
                 continue
-            features = relation.half_features(half)
-            scopes = {scope_of(family_of_invariant(inv), half) for inv in invariants
-                      if holds_locally(inv.precondition, features)} - {None}
             if not scopes:
                 continue  # no invariant can judge it: nothing to exchange
             summary.digested.setdefault(name, []).append(half)
             agreement_key = (name, *relation.agreement_key(half))
             for scope in scopes:
                 keys[scope].append(agreement_key)
-    summary.digests = {scope: xxhash.xxh3_64_hexdigest(b"\n".join(sorted(map(orjson.dumps, items))))
-                       for scope, items in keys.items()}
+    # In the order the rank took them: ranks running the same program agree on it, and ranks that
+    # do not only cost a fetch of the details, never a wrong verdict.
+    summary.digests = {scope: xxhash.xxh3_64_hexdigest(orjson.dumps(items)) for scope, items in keys.items()}
     return summary
 
 

@@ -128,6 +128,12 @@ def agreement_key(half: RankSnapshot) -> tuple:
     return half.where, half.var, half.step, half.occurrence, half.attribute, half.digest
 
 
+def placement_key(half: RankSnapshot) -> tuple:
+    """What decides, besides its key, which invariants can judge the half and where: its own
+    features and groups."""
+    return half.features, half.groups
+
+
 def half_features(half: RankSnapshot) -> dict[str, Any]:
     """The features of an example as this rank alone sees them."""
     return dict(half.features)

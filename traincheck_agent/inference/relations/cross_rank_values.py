@@ -138,6 +138,10 @@ def agreement_key(half: RankValue) -> tuple:
     return half.api, half.step, half.occurrence, half.position, half.digest
 
 
+def placement_key(half: RankValue) -> tuple:
+    return half.phase, half.groups
+
+
 def half_features(half: RankValue) -> dict[str, Any]:
     return {"phase": half.phase}
 
