@@ -13,14 +13,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from traincheck_agent.agent import runtime
 from traincheck_agent.agent.call_recorder import CallContext, make_call_wrapper
 from traincheck_agent.agent.patching import wrap_attribute
-from traincheck_agent.agent.torch_probes import _enter, _leave, _rt
+from traincheck_agent.agent.torch_probes import (
+    _rt,
+    begin_training_step,
+    end_training_step,
+    enter_skippable,
+    leave_skippable,
+)
 from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY
 
 ENGINE_STEP = "deepspeed.runtime.engine.DeepSpeedEngine.step"
-_state = runtime.thread_state
 
 
 def _at_boundary(engine: Any) -> bool:
@@ -30,35 +34,16 @@ def _at_boundary(engine: Any) -> bool:
         return True
 
 
-def _boundaries() -> list[bool]:
-    stack = getattr(_state, "engine_steps", None)
-    if stack is None:
-        stack = _state.engine_steps = []
-    return stack
-
-
 def _engine_step_before(ctx: CallContext) -> None:
     _rt().registry.accumulators.add(ctx.instance)  # its micro-steps are marked in call records
-    boundary = _at_boundary(ctx.instance)
-    _boundaries().append(boundary)
-    if not boundary:
-        return
-    outermost = _enter("optimizer_steps")
-    rt = _rt()
-    rt.clock.start_training()
-    if outermost:
-        rt.probe.snapshot("before", "optimizer.step", ctx.call_id, module=ctx.instance.module)
+    if enter_skippable(not _at_boundary(ctx.instance)):
+        return  # a micro-step: DeepSpeed accumulates, nothing is updated
+    begin_training_step(ctx, module=ctx.instance.module)
 
 
 def _engine_step_after(ctx: CallContext) -> None:
-    stack = _boundaries()
-    if not (stack and stack.pop()):
-        return
-    if not _leave("optimizer_steps") or ctx.exc is not None:
-        return
-    rt = _rt()
-    rt.probe.snapshot("after", "optimizer.step", ctx.call_id, module=ctx.instance.module)
-    rt.clock.optimizer_step_finished(ctx.instance)
+    if not leave_skippable():
+        end_training_step(ctx, module=ctx.instance.module)
 
 
 def install_engine_probes(module: Any) -> None:

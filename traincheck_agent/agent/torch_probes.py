@@ -102,41 +102,51 @@ def _skipped_calls() -> list[bool]:
     return stack
 
 
-def _enter_skippable(ctx: CallContext) -> bool:
-    """Note whether this optimizer call is a no-op micro-step call; True if it is."""
-    skipped = _skips_update(ctx.instance)
+def enter_skippable(skipped: bool) -> bool:
+    """Note whether this step-like call is a no-op micro-step call (its ``after`` hook asks
+    ``leave_skippable``); returns ``skipped``."""
     _skipped_calls().append(skipped)
     return skipped
 
 
-def _leave_skippable() -> bool:
+def leave_skippable() -> bool:
     stack = _skipped_calls()
     return bool(stack) and stack.pop()
 
 
-def _step_before(ctx: CallContext) -> None:
-    if _enter_skippable(ctx):
-        return  # a micro-step: no update, no snapshots, the step clock stays
+def begin_training_step(ctx: CallContext, **scope: Any) -> None:
+    """The start of a training step (an optimizer's step, a DeepSpeed engine's): the ``before``
+    snapshots of ``scope`` (``optimizer=`` or ``module=``) if it is the outermost one."""
     outermost = _enter("optimizer_steps")
     rt = _rt()
     rt.clock.start_training()
-    _name_optimizer(ctx.instance)
     if outermost:
-        rt.probe.snapshot("before", "optimizer.step", ctx.call_id, optimizer=ctx.instance)
+        rt.probe.snapshot("before", "optimizer.step", ctx.call_id, **scope)
 
 
-def _step_after(ctx: CallContext) -> None:
-    if _leave_skippable():
-        return
+def end_training_step(ctx: CallContext, **scope: Any) -> None:
+    """Its end: the ``after`` snapshots, and the step clock advances."""
     if not _leave("optimizer_steps") or ctx.exc is not None:
         return
     rt = _rt()
-    rt.probe.snapshot("after", "optimizer.step", ctx.call_id, optimizer=ctx.instance)
+    rt.probe.snapshot("after", "optimizer.step", ctx.call_id, **scope)
     rt.clock.optimizer_step_finished(ctx.instance)
 
 
+def _step_before(ctx: CallContext) -> None:
+    if enter_skippable(_skips_update(ctx.instance)):
+        return  # a micro-step: no update, no snapshots, the step clock stays
+    _name_optimizer(ctx.instance)
+    begin_training_step(ctx, optimizer=ctx.instance)
+
+
+def _step_after(ctx: CallContext) -> None:
+    if not leave_skippable():
+        end_training_step(ctx, optimizer=ctx.instance)
+
+
 def _zero_grad_before(ctx: CallContext) -> None:
-    if _enter_skippable(ctx):
+    if enter_skippable(_skips_update(ctx.instance)):
         return  # Accelerate keeps the accumulated gradients: nothing is cleared
     outermost = _enter("zero_grads")
     _rt().clock.start_training()
@@ -151,7 +161,7 @@ def _zero_grad_before(ctx: CallContext) -> None:
 
 
 def _zero_grad_after(ctx: CallContext) -> None:
-    if _leave_skippable():
+    if leave_skippable():
         return
     if not _leave("zero_grads") or ctx.exc is not None:
         return
