@@ -67,6 +67,12 @@ def _script(body: str, prelude: bool = True) -> str:
     return head + textwrap.dedent(body)
 
 
+def _default_sigint() -> None:
+    """A job a shell starts in the background (``cmd &``) ignores SIGINT, and its children
+    inherit that, Python included: give the child the SIGINT an interactive run has."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _popen(body: str, out_dir: Path, prelude: bool = True) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINCHECK_")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
@@ -76,6 +82,7 @@ def _popen(body: str, out_dir: Path, prelude: bool = True) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
     )
 
 
