@@ -13,10 +13,12 @@ its sink; the trace file itself is written only with ``TRAINCHECK_CHECK_TRACE=1`
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import wrapt
@@ -102,32 +104,22 @@ def _on_torch_imported(_module: Any) -> None:
         runtime.deactivate(f"cannot instrument torch ({type(exc).__name__}: {exc})")
 
 
-def _on_distributed_imported(module: Any) -> None:
-    def install() -> None:
-        if runtime.current is None:
-            return
-        try:
-            from traincheck_agent.agent.torch_probes import install_distributed_probes
+def _probes_on_import(probes_module: str, installer: str) -> Callable[[Any], None]:
+    """A post-import hook that runs ``probes_module.installer(module)`` once the agent is active
+    (the probes need torch); a failure is one warning, and the rest of the agent carries on."""
 
-            install_distributed_probes(module)
-        except Exception as exc:
-            warn(f"cannot instrument {module.__name__} ({type(exc).__name__}: {exc})")
+    def on_import(module: Any) -> None:
+        def install() -> None:
+            if runtime.current is None:
+                return
+            try:
+                getattr(importlib.import_module(probes_module), installer)(module)
+            except Exception as exc:
+                warn(f"cannot instrument {module.__name__} ({type(exc).__name__}: {exc})")
 
-    when_active(install)
+        when_active(install)
 
-
-def _on_deepspeed_engine_imported(module: Any) -> None:
-    def install() -> None:
-        if runtime.current is None:
-            return
-        try:
-            from traincheck_agent.agent.deepspeed_probes import install_engine_probes
-
-            install_engine_probes(module)
-        except Exception as exc:
-            warn(f"cannot instrument {module.__name__} ({type(exc).__name__}: {exc})")
-
-    when_active(install)
+    return on_import
 
 
 def _debug_figures(mode: str) -> None:
@@ -209,10 +201,12 @@ def start(mode: str) -> None:
     os.register_at_fork(after_in_child=_after_fork_in_child)
     atexit.register(_debug_figures, mode)
     wrapt.register_post_import_hook(activate_with_torch, "torch")
-    wrapt.register_post_import_hook(_on_distributed_imported, "torch.distributed")
-    wrapt.register_post_import_hook(_on_distributed_imported, "torch.nn.parallel")
+    on_distributed = _probes_on_import("traincheck_agent.agent.torch_probes", "install_distributed_probes")
+    wrapt.register_post_import_hook(on_distributed, "torch.distributed")
+    wrapt.register_post_import_hook(on_distributed, "torch.nn.parallel")
     # Before the policies' hooks: the engine's step is a core probe, whatever a policy wraps.
-    wrapt.register_post_import_hook(_on_deepspeed_engine_imported, "deepspeed.runtime.engine")
+    wrapt.register_post_import_hook(_probes_on_import("traincheck_agent.agent.deepspeed_probes", "install_engine_probes"),
+                                    "deepspeed.runtime.engine")
     from traincheck_agent.agent.policy_patcher import install_policy_hooks
 
     install_policy_hooks(policy, when_active)
