@@ -77,3 +77,20 @@ def test_gradient_accumulation_micro_steps_are_not_missing_updates(reference):
                 and i.subject["api"] == "deepspeed.runtime.engine.DeepSpeedEngine.step"]
     assert contains and all("accumulating = False" in i.description for i in contains)
     assert check_offline(invariants, [accumulate]) == []
+
+
+def test_bf16_weights_with_fp32_master_copies(tmp_path):
+    """DeepSpeed's BF16 mode (bf16 weights, fp32 master partitions): a ZeRO-1 reference's
+    invariants check a ZeRO-2 run clean and catch a rank whose weights drift."""
+    refs = [_torchrun(tmp_path / f"ref{seed}", "collect", "--bf16", "--stage", "1", "--seed", str(seed))
+            for seed in (0, 1)]
+    invariants, _ = infer_invariants(refs)
+    [path, *_] = find_trace_files([refs[0]])
+    weights = [r for r in TraceFile(path).records() if r["kind"] == "state" and r["var"] == "model.1.weight"]
+    assert {r["attrs"]["dtype"] for r in weights} == {"bfloat16"}
+    clean = _torchrun(tmp_path / "stage2", "collect", "--bf16", "--stage", "2", "--seed", "4")
+    assert check_offline(invariants, [clean]) == []
+    drift = _torchrun(tmp_path / "drift", "collect", "--bf16", "--stage", "2", "--seed", "3",
+                      "--bug", "weights-drift-on-one-rank")
+    found = [v for v in check_offline(invariants, [drift]) if v["relation"] == "CrossRankConsistent"]
+    assert [(v["step"], v["variable"], v["ranks"]) for v in found] == [(3, "model.1.weight", [0, 1])]

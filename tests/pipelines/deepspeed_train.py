@@ -2,7 +2,8 @@
 
 A LayerNorm and two Linear layers trained by ``deepspeed.initialize`` with gradient clipping
 and DeepSpeed's Adam (the torch implementation, so nothing is compiled). Each rank draws its own
-batches (``--accumulate N`` micro-batches per step); ZeRO partitions the optimizer state (and with stage 2 the gradients) across the ranks
+batches (``--accumulate N`` micro-batches per step; ``--bf16``: bf16 weights, fp32 master
+copies). ZeRO partitions the optimizer state (and with stage 2 the gradients) across the ranks
 and all-gathers the updated weights, so the module's parameters are equal on every rank after
 each step.
 
@@ -39,6 +40,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per optimizer step")
+    parser.add_argument("--bf16", action="store_true", help="bf16 weights, fp32 master copies (DeepSpeed's BF16 mode)")
     parser.add_argument("--bug", choices=["none", "weights-drift-on-one-rank"], default="none")
     args = parser.parse_args()
     _without_shared_memory_comm()
@@ -52,6 +54,7 @@ def main() -> None:
         "gradient_clipping": 1.0,
         "zero_optimization": {"stage": args.stage},
         "optimizer": {"type": "Adam", "params": {"lr": 1e-2, "torch_adam": True}},
+        "bf16": {"enabled": args.bf16},
     }
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
     gen = torch.Generator().manual_seed(100 + 10 * args.seed + rank)  # each rank its own batches
@@ -59,6 +62,8 @@ def main() -> None:
     for step in range(args.steps):
         for _ in range(args.accumulate):  # engine.step() updates at the accumulation boundary only
             x, y = torch.randn(8, 16, generator=gen), torch.randn(8, 4, generator=gen)
+            if args.bf16:
+                x, y = x.bfloat16(), y.bfloat16()
             loss = nn.functional.mse_loss(engine(x), y)
             engine.backward(loss)
             engine.step()
