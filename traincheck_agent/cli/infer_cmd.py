@@ -56,24 +56,55 @@ def rank_set(text: str) -> frozenset[int]:
     return frozenset(ranks)
 
 
+def _readable_traces(paths: list[str]) -> tuple[list[Path], list[Path]]:
+    """The trace files under ``paths``, and those of them with at least a header. A file with no complete line (its
+    process was killed before the first write ended) is left out with a warning, as ``check``
+    and ``trace summary`` do; any other damage raises TraceFormatError."""
+    from traincheck_agent.messages import warn
+    from traincheck_agent.trace.reader import EmptyTraceError, TraceFile, find_trace_files
+
+    found, readable = find_trace_files(paths), []
+    for path in found:
+        try:
+            _ = TraceFile(path).header
+        except EmptyTraceError as exc:
+            warn(f"{exc}; file skipped")
+            continue
+        readable.append(path)
+    return found, readable
+
+
 def run_infer(args: argparse.Namespace) -> int:
     from traincheck_agent.cli.progress import ProgressBar
     from traincheck_agent.inference.engine import infer_invariants
     from traincheck_agent.inference.invariant import write_invariants
 
     started = time.perf_counter()
+    try:
+        found, readable = _readable_traces(args.paths)
+    except (FileNotFoundError, TraceFormatError) as exc:
+        return fail(str(exc))
+    except OSError as exc:
+        return fail(f"{exc.filename or ''}: {exc.strerror or exc}")
+    if not readable:
+        return fail(f"no {'readable ' if found else ''}trace files under {' '.join(args.paths)}")
     bar = ProgressBar("inferring", enabled=args.progress)
     try:
-        invariants, files = infer_invariants(args.paths, lambda done, total: bar.update(done, total, "reading traces"),
+        invariants, files = infer_invariants(readable, lambda done, total: bar.update(done, total, "reading traces"),
                                              ranks=args.ranks)
     except (FileNotFoundError, TraceFormatError) as exc:
         return fail(str(exc))
+    except OSError as exc:
+        return fail(f"{exc.filename or ''}: {exc.strerror or exc}")
     finally:
         bar.close()
     if not files:
         of_ranks = "" if args.ranks is None else " of the ranks asked for"
         return fail(f"no trace files{of_ranks} under {' '.join(args.paths)}")
-    write_invariants(invariants, args.output, [str(f) for f in files])
+    try:
+        write_invariants(invariants, args.output, [str(f) for f in files])
+    except OSError as exc:
+        return fail(f"{args.output}: cannot write the invariants file: {exc.strerror or exc}")
     took = time.perf_counter() - started
     print(f"{len(invariants)} invariants from {len(files)} trace file(s) "
           f"in {took:.2f} s -> {args.output}")

@@ -44,6 +44,8 @@ def run_summary(args: argparse.Namespace) -> int:
         return fail(f"{exc.filename or ''}: {exc.strerror or exc}")
     if result["files"] == 0:
         return fail(f"no trace files ({TRACE_GLOB}) under {' '.join(args.paths)}")
+    if result["files"] == len(result["skipped"]):
+        return fail(f"no readable trace files under {' '.join(args.paths)} (every one has no complete line)")
     if args.json:
         options = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
         sys.stdout.write(orjson.dumps(result, option=options).decode())

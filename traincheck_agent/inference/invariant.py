@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from traincheck_agent.inference.preconditions import Clause
 FILE_FORMAT = "traincheck-invariants"
 FILE_VERSION = 1
 MAX_FILE_BYTES = 64 << 20
+MAX_VALUE_DEPTH = 32  # nesting of a subject or precondition value; inference writes at most 3
 ID_PREFIXES = {
     "StateTransition": "st",
     "CrossRankConsistent": "cr",
@@ -32,6 +36,24 @@ ID_PREFIXES = {
     "ConsistentInputOutput": "io",
     "CrossRankValue": "cv",
 }
+
+# The subject fields each relation reads when it checks (a file missing one would fail later,
+# in the middle of a check, without naming the file).
+SUBJECT_FIELDS = {
+    "StateTransition": ("event", "attribute", "effect"),
+    "CrossRankConsistent": ("event", "attribute"),
+    "ConsistentOutput": ("api", "property", "value"),
+    "DistinctArgument": ("api", "argument"),
+    "ContextArgument": ("api", "argument", "value"),
+    "APISequence": ("form", "api"),
+    "Threshold": ("api", "property", "op", "argument"),
+    "VarPeriodicChange": ("event", "vtype", "variable", "attribute", "period", "offset"),
+    "EventContain": ("api", "child"),
+    "ConsistentInputOutput": ("api", "dim"),
+    "CrossRankValue": ("api", "position", "form"),
+}
+NAME_FIELDS = ("api", "event", "child", "between", "argument", "attribute", "variable", "vtype",
+               "form", "property", "op", "effect", "position")
 
 
 class InvariantFileError(ValueError):
@@ -101,20 +123,99 @@ def _require(raw: dict[str, Any], key: str, kind: type, path: Path, where: str) 
     return raw[key]
 
 
-def read_invariants(path: str | Path) -> list[Invariant]:
-    """Read and validate an invariants file; errors name the file and the entry."""
-    path = Path(path)
+def _read_limited(path: Path) -> bytes:
+    """The bytes of a regular file of at most MAX_FILE_BYTES; never more is read (a device
+    such as /dev/zero, or a FIFO, is refused before reading)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if stat.S_ISDIR(info.st_mode):
+            raise InvariantFileError(path, "", "cannot be read: Is a directory")
+        if not stat.S_ISREG(info.st_mode):
+            raise InvariantFileError(path, "", "not a regular file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise InvariantFileError(path, "", f"file is {info.st_size} bytes, over the {MAX_FILE_BYTES} byte limit")
+        data = handle.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise InvariantFileError(path, "", f"file is over the {MAX_FILE_BYTES} byte limit")
+    return data
+
+
+class _BadValue(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _BadValue(f"duplicate key {key[:80]!r}")
+        out[key] = value
+    return out
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _BadValue(f"number {text[:40]} is out of range")
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise _BadValue(f"{text} is not allowed (only finite numbers)")
+
+
+def _parse(path: Path) -> Any:
+    """The JSON document of the file; any problem is an InvariantFileError naming it."""
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise InvariantFileError(path, "", f"file is {size} bytes, over the {MAX_FILE_BYTES} byte limit")
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        text = _read_limited(path).decode("utf-8")
+        return json.loads(text, object_pairs_hook=_unique_keys, parse_float=_finite,
+                          parse_constant=_no_constant)
+    except InvariantFileError:
+        raise
     except OSError as exc:
         raise InvariantFileError(path, "", f"cannot be read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise InvariantFileError(path, "", f"not UTF-8 text: {exc}") from None
     except json.JSONDecodeError as exc:
         raise InvariantFileError(path, f"line {exc.lineno}", f"not valid JSON: {exc.msg}") from None
+    except _BadValue as exc:
+        raise InvariantFileError(path, "", f"not valid JSON: {exc}") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise InvariantFileError(path, "", f"not valid JSON: {str(exc)[:200]}") from None
+    except RecursionError:
+        raise InvariantFileError(path, "", "not valid JSON: nested too deeply") from None
+
+
+def _depth(value: Any, limit: int) -> int:
+    """How deeply ``value`` nests (lists and objects), counting no further than ``limit + 1``."""
+    level, frontier = 0, [value]
+    while frontier and level <= limit:
+        frontier = [v for item in frontier
+                    for v in (item.values() if isinstance(item, dict) else item if isinstance(item, list) else ())]
+        level += 1 if frontier else 0
+    return level
+
+
+def _subject_problem(relation: str, subject: dict[str, Any]) -> str:
+    """What is wrong with the subject of a ``relation`` invariant, or ""."""
+    if relation not in SUBJECT_FIELDS:
+        return f"unknown relation {relation[:80]!r} (known: {', '.join(SUBJECT_FIELDS)})"
+    missing = [f for f in SUBJECT_FIELDS[relation] if f not in subject]
+    if missing:
+        return f"{relation} subject lacks {', '.join(missing)}"
+    for name in NAME_FIELDS:
+        if name in subject and not isinstance(subject[name], str):
+            return f"subject {name} should be a string, got {type(subject[name]).__name__}"
+    if _depth(subject, MAX_VALUE_DEPTH) > MAX_VALUE_DEPTH:
+        return f"subject nested deeper than {MAX_VALUE_DEPTH} levels"
+    return ""
+
+
+def read_invariants(path: str | Path) -> list[Invariant]:
+    """Read and validate an invariants file; errors name the file and the entry."""
+    path = Path(path)
+    doc = _parse(path)
     if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
         raise InvariantFileError(path, "", f"not a traincheck invariants file (expected format {FILE_FORMAT!r})")
     if doc.get("version") != FILE_VERSION:
@@ -131,7 +232,13 @@ def read_invariants(path: str | Path) -> list[Invariant]:
             if not isinstance(clause, dict) or "field" not in clause or "value" not in clause:
                 raise InvariantFileError(path, f"{where}.precondition[{j}]", "expected an object with field and value")
         try:
-            out.append(Invariant.from_json(raw))
+            invariant = Invariant.from_json(raw)
         except (KeyError, TypeError, ValueError) as exc:
             raise InvariantFileError(path, where, f"malformed: {exc}") from None
+        problem = _subject_problem(invariant.relation, invariant.subject)
+        if not problem and _depth(raw["precondition"], MAX_VALUE_DEPTH + 2) > MAX_VALUE_DEPTH + 2:
+            problem = f"precondition nested deeper than {MAX_VALUE_DEPTH} levels"
+        if problem:
+            raise InvariantFileError(path, where, problem)
+        out.append(invariant)
     return out

@@ -2,12 +2,17 @@
 
 Validation never stops at the first problem and never drops the whole file: each problem is
 reported with the file and the key it concerns, the offending entry is skipped, and the rest of
-the policy still applies. Files are parsed with the safe loader of PyYAML (data only).
+the policy still applies. Files are parsed with the safe loader of PyYAML (data only), with
+anchors and aliases refused (a policy never needs them, and they are how a small file expands
+into a huge value) and duplicate keys refused (which one was meant is unknowable).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import reprlib
+import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -59,9 +64,38 @@ def default_policy_dir() -> Path:
     return installed if installed.is_dir() else package_dir.parent / "policies"
 
 
-# libyaml's parser when PyYAML was built with it (several times faster at startup); the safe
-# constructor either way: policies are data, never Python objects.
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+class _PolicyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """libyaml's parser when PyYAML was built with it (several times faster at startup); the
+    safe constructor either way: policies are data, never Python objects. Each node is built
+    once: a second visit is an alias, refused. A mapping that lost entries had duplicate keys."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        if node in self.constructed_objects or node in self.recursive_objects:
+            raise yaml.constructor.ConstructorError(
+                None, None, "anchors and aliases (&name, *name) are not allowed in policy files",
+                node.start_mark)
+        return super().construct_object(node, deep=deep)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        mapping = super().construct_mapping(node, deep=deep)
+        if len(mapping) < len(node.value):
+            seen: set[str] = set()
+            for key_node, _ in node.value:
+                key = str(getattr(key_node, "value", ""))
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+        return mapping
+
+
+_SHOW = reprlib.Repr()
+_SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlist, _SHOW.maxdict = 2, 80, 80, 4, 4
+
+
+def _show(value: Any) -> str:
+    """A short repr for messages, however large or deep the value."""
+    return _SHOW.repr(value)
 
 
 def default_policy_files() -> list[Path]:
@@ -73,20 +107,40 @@ def _str_list(value: Any, source: str, key: str, problems: list[PolicyError]) ->
         return (value,)
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return tuple(value)
-    problems.append(PolicyError(source, key, f"expected a string or a list of strings, got {value!r}"))
+    problems.append(PolicyError(source, key, f"expected a string or a list of strings, got {_show(value)}"))
     return ()
 
 
-def _read_yaml(path: Path) -> Any:
-    size = path.stat().st_size
-    if size > MAX_POLICY_BYTES:
-        raise PolicyError(str(path), "", f"file is {size} bytes, over the {MAX_POLICY_BYTES} byte limit")
+def _read_limited(path: Path) -> bytes:
+    """The bytes of a regular file of at most MAX_POLICY_BYTES. Never more is read, so a device
+    such as /dev/zero or a file growing while it is read costs no more than the limit, and a
+    FIFO is refused rather than waited on."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if stat.S_ISDIR(info.st_mode):
+            raise PolicyError(str(path), "", "cannot be read: Is a directory")
+        if not stat.S_ISREG(info.st_mode):
+            raise PolicyError(str(path), "", "not a regular file")
+        if info.st_size > MAX_POLICY_BYTES:
+            raise PolicyError(str(path), "", f"file is {info.st_size} bytes, over the {MAX_POLICY_BYTES} byte limit")
+        data = handle.read(MAX_POLICY_BYTES + 1)
+    if len(data) > MAX_POLICY_BYTES:
+        raise PolicyError(str(path), "", f"file is over the {MAX_POLICY_BYTES} byte limit")
+    return data
+
+
+def _read_yaml(path: Path) -> tuple[Any, bytes]:
+    """The parsed document and the raw bytes (for the policy digest)."""
+    data = _read_limited(path)
     try:
-        return yaml.load(path.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
+        return yaml.load(data.decode("utf-8"), Loader=_PolicyLoader), data
     except yaml.YAMLError as exc:
         raise PolicyError(str(path), "", f"not valid YAML: {exc}".replace("\n", " ")) from None
     except UnicodeDecodeError as exc:
         raise PolicyError(str(path), "", f"not UTF-8 text: {exc}") from None
+    except RecursionError:
+        raise PolicyError(str(path), "", "not valid YAML: nested too deeply") from None
 
 
 def _is_mapping_with_known_keys(
@@ -113,11 +167,11 @@ def _apply_api_rule(policy: Policy, raw: Any, index: int, source: str, problems:
     exclude = _str_list(raw.get("exclude", []), source, f"{key}.exclude", problems)
     rule_id = raw.get("id", f"{module}:{','.join(include)}")
     if not isinstance(rule_id, str):
-        problems.append(PolicyError(source, f"{key}.id", f"expected a string, got {rule_id!r}"))
+        problems.append(PolicyError(source, f"{key}.id", f"expected a string, got {_show(rule_id)}"))
         return
     enabled = raw.get("enabled", True)
     if not isinstance(enabled, bool):
-        problems.append(PolicyError(source, f"{key}.enabled", f"expected true or false, got {enabled!r}"))
+        problems.append(PolicyError(source, f"{key}.enabled", f"expected true or false, got {_show(enabled)}"))
         return
     if not enabled:
         policy.apis.pop(rule_id, None)
@@ -126,7 +180,7 @@ def _apply_api_rule(policy: Policy, raw: Any, index: int, source: str, problems:
     for name in ("args", "returns"):
         level = raw.get(name, "summary")
         if level not in DESCRIBE_LEVELS:
-            problems.append(PolicyError(source, f"{key}.{name}", f"expected one of {', '.join(DESCRIBE_LEVELS)}, got {level!r}"))
+            problems.append(PolicyError(source, f"{key}.{name}", f"expected one of {', '.join(DESCRIBE_LEVELS)}, got {_show(level)}"))
             level = "summary"
         levels[name] = level
     if not include:
@@ -140,12 +194,12 @@ def _apply_state_rule(policy: Policy, raw: Any, index: int, source: str, problem
         return
     at = raw.get("at")
     if at not in STATE_POINTS:
-        problems.append(PolicyError(source, f"{key}.at", f"expected one of {', '.join(STATE_POINTS)}, got {at!r}"))
+        problems.append(PolicyError(source, f"{key}.at", f"expected one of {', '.join(STATE_POINTS)}, got {_show(at)}"))
         return
     items = _str_list(raw.get("items", []), source, f"{key}.items", problems)
     bad = [i for i in items if i not in STATE_ITEMS]
     for item in bad:
-        problems.append(PolicyError(source, f"{key}.items", f"unknown item {item!r} (known: {', '.join(STATE_ITEMS)})"))
+        problems.append(PolicyError(source, f"{key}.items", f"unknown item {_show(item)} (known: {', '.join(STATE_ITEMS)})"))
     items = tuple(i for i in items if i not in bad)
     if items:
         policy.state[at] = StateRule(at, items, source)
@@ -162,7 +216,7 @@ def _apply_sampling(policy: Policy, raw: Any, source: str, problems: list[Policy
             continue
         minimum = 1 if name == "every" else 0
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            problems.append(PolicyError(source, f"sampling.{name}", f"expected an integer >= {minimum}, got {value!r}"))
+            problems.append(PolicyError(source, f"sampling.{name}", f"expected an integer >= {minimum}, got {_show(value)}"))
             continue
         values[name] = value
     policy.sampling = Sampling(**values)
@@ -175,11 +229,11 @@ def apply_policy_document(policy: Policy, doc: Any, source: str) -> list[PolicyE
         return problems
     if not isinstance(doc, dict):
         return [PolicyError(source, "", f"expected a mapping at the top level, got {type(doc).__name__}")]
-    for unknown in sorted(set(doc) - set(TOP_LEVEL_KEYS)):
-        problems.append(PolicyError(source, str(unknown), f"unknown key (known: {', '.join(TOP_LEVEL_KEYS)})"))
+    for unknown in sorted(set(doc) - set(TOP_LEVEL_KEYS), key=str):
+        problems.append(PolicyError(source, _show(unknown) if not isinstance(unknown, str) else unknown, f"unknown key (known: {', '.join(TOP_LEVEL_KEYS)})"))
     version = doc.get("version", SUPPORTED_VERSION)
     if version != SUPPORTED_VERSION:
-        return problems + [PolicyError(source, "version", f"unsupported version {version!r} (this agent reads {SUPPORTED_VERSION})")]
+        return problems + [PolicyError(source, "version", f"unsupported version {_show(version)} (this agent reads {SUPPORTED_VERSION})")]
     apis = doc.get("apis", [])
     if not isinstance(apis, list):
         problems.append(PolicyError(source, "apis", "expected a list of rules"))
@@ -204,8 +258,17 @@ def apply_policy_document(policy: Policy, doc: Any, source: str) -> list[PolicyE
         if isinstance(value, bool):
             policy.record_module_calls = value
         else:
-            problems.append(PolicyError(source, "record_module_calls", f"expected true or false, got {value!r}"))
+            problems.append(PolicyError(source, "record_module_calls", f"expected true or false, got {_show(value)}"))
     return problems
+
+
+def _apply_guarded(policy: Policy, doc: Any, source: str) -> list[PolicyError]:
+    """``apply_policy_document``; should a document still break it, only that file is lost
+    (the rules it added before the failure stay, as for any other problem in it)."""
+    try:
+        return apply_policy_document(policy, doc, source)
+    except Exception as exc:
+        return [PolicyError(source, "", f"cannot be applied ({type(exc).__name__}: {str(exc)[:200]})")]
 
 
 def load_policies(
@@ -220,15 +283,15 @@ def load_policies(
         path = Path(path)
         source = str(path)
         try:
-            doc = _read_yaml(path)
-            digest.update(path.read_bytes())
+            doc, data = _read_yaml(path)
         except PolicyError as exc:
             found = [exc]
         except OSError as exc:
             found = [PolicyError(source, "", f"cannot be read: {exc.strerror or exc}")]
         else:
+            digest.update(data)
             sources.append(source)
-            found = apply_policy_document(policy, doc, source)
+            found = _apply_guarded(policy, doc, source)
         for problem in found:
             problems.append(problem)
             if report is not None:

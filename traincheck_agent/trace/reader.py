@@ -15,7 +15,13 @@ from typing import IO, Any
 import orjson
 
 from traincheck_agent.messages import warn
-from traincheck_agent.trace.schema import KIND_HEADER, SCHEMA_VERSION, TRACE_GLOB
+from traincheck_agent.trace.schema import (
+    KIND_CALL,
+    KIND_HEADER,
+    KIND_STATE,
+    SCHEMA_VERSION,
+    TRACE_GLOB,
+)
 
 
 class _ReadingSession:
@@ -94,9 +100,31 @@ def find_trace_files(paths: Iterable[str | Path]) -> list[Path]:
             found.update(p for p in path.rglob(TRACE_GLOB) if p.is_file())
         elif path.is_file():
             found.add(path)
+        elif path.exists():
+            raise FileNotFoundError(f"{path}: not a regular file or directory")
         else:
             raise FileNotFoundError(f"{path}: no such file or directory")
     return sorted(found)
+
+
+# The types of the fields readers rely on, by record kind. A record that breaks them was not
+# written by the agent; it is reported like a damaged line rather than failing later without
+# naming the file. Missing fields are left to the readers (each skips what it cannot use).
+_FIELD_TYPES: dict[str, tuple[tuple[str, type], ...]] = {
+    KIND_CALL: (("api", str), ("step", int), ("phase", str), ("args", dict)),
+    KIND_STATE: (("var", str), ("step", int), ("where", str), ("phase", str), ("attrs", dict)),
+}
+
+
+def _schema_problem(record: dict[str, Any]) -> str:
+    kind = record.get("kind")
+    if not isinstance(kind, str):
+        return f"a record without a kind (kind={str(kind)[:40]!r})"
+    for name, kind_of in _FIELD_TYPES.get(kind, ()):
+        value = record.get(name)
+        if value is not None and (not isinstance(value, kind_of) or isinstance(value, bool)):
+            return f"a {kind} record whose {name!r} is {type(value).__name__}, not {kind_of.__name__}"
+    return ""
 
 
 def _parse(line: bytes) -> tuple[dict[str, Any] | None, str]:
@@ -184,11 +212,17 @@ class TraceFile:
                 if _first_torn_report(self.path):
                     warn(f"{self.path}:{line_no}: skipped a torn last line ({problem})")
                 return
-            yield record
+            yield self._checked(line_no, record)
 
     def _strict(self, line_no: int, line: bytes) -> dict[str, Any]:
         record, problem = _parse(line)
         if record is None:
+            raise TraceFormatError(self.path, line_no, f"line is {problem}")
+        return self._checked(line_no, record)
+
+    def _checked(self, line_no: int, record: dict[str, Any]) -> dict[str, Any]:
+        problem = _schema_problem(record)
+        if problem:
             raise TraceFormatError(self.path, line_no, f"line is {problem}")
         return record
 
