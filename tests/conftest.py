@@ -32,6 +32,22 @@ def run_python(args: list[str], env: dict[str, str], timeout: float = 240, **kw:
     return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout, **kw)
 
 
+def run_parallel(*jobs: tuple[list[str], dict[str, str]], timeout: float = 240) -> list[subprocess.CompletedProcess]:
+    """Run python child processes side by side (most of each one's time is importing torch)."""
+    procs = [(args, subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)) for args, env in jobs]
+    done = []
+    for args, proc in procs:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for _, other in procs:
+                other.kill()
+            raise
+        done.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
+    return done
+
+
 @dataclass
 class Trace:
     path: Path

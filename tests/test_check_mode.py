@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, read_traces, run_python
+from conftest import PIPELINES, agent_env, read_traces, run_parallel, run_python
 
 from traincheck_agent.check.agent_checker import ABORT_EXIT_STATUS
 from traincheck_agent.inference.engine import infer_invariants
@@ -42,24 +40,13 @@ def inv(tmp_path_factory) -> Path:
     test_inference), in a file."""
     root = tmp_path_factory.mktemp("reference")
     refs = [root / "ref", root / "frozen"]
-    for proc in _parallel(([MLP, "--steps", "10"], agent_env("collect", refs[0])),
+    for proc in run_parallel(([MLP, "--steps", "10"], agent_env("collect", refs[0])),
                           ([MLP, "--steps", "8", "--freeze-backbone"], agent_env("collect", refs[1]))):
         assert proc.returncode == 0, proc.stderr
     invariants, files = infer_invariants(refs)
     path = root / "inv.json"
     write_invariants(invariants, path, [str(f) for f in files])
     return path
-
-
-def _parallel(*jobs: tuple[list[str], dict[str, str]]) -> list[subprocess.CompletedProcess]:
-    """Run python child processes side by side (most of each one's time is importing torch)."""
-    procs = [(args, subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)) for args, env in jobs]
-    done = []
-    for args, proc in procs:
-        out, err = proc.communicate(timeout=240)
-        done.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
-    return done
 
 
 def check(tmp_path: Path, name: str, inv_files: str, *args: str, **env: str):
@@ -71,7 +58,7 @@ def check(tmp_path: Path, name: str, inv_files: str, *args: str, **env: str):
 def check_and_plain(tmp_path: Path, name: str, inv_files: str, *args: str, **env: str):
     """A check run, and the same run without the agent, whose losses it must reproduce."""
     out = tmp_path / name
-    proc, plain = _parallel(([MLP, *args], agent_env("check", out, TRAINCHECK_INV=inv_files, **env)),
+    proc, plain = run_parallel(([MLP, *args], agent_env("check", out, TRAINCHECK_INV=inv_files, **env)),
                             ([MLP, *args], agent_env(None, None)))
     assert proc.returncode == 0, proc.stderr
     assert plain.returncode == 0, plain.stderr
@@ -137,7 +124,7 @@ def test_a_malformed_invariants_file_is_skipped_alone(inv, tmp_path):
              ("", ["[traincheck] warning: check mode needs TRAINCHECK_INV (invariants files, ':'-separated); "
                    "the agent stays off"])]
     outs = [tmp_path / f"run{i}" for i in range(len(cases))]
-    procs = _parallel(*[([MLP, "--steps", "3", "--bug", "no-zero-grad"],
+    procs = run_parallel(*[([MLP, "--steps", "3", "--bug", "no-zero-grad"],
                          agent_env("check", out, TRAINCHECK_INV=value))
                         for (value, _), out in zip(cases, outs, strict=True)])
     for (_, said), proc in zip(cases, procs, strict=True):
@@ -183,7 +170,7 @@ def test_only_what_the_invariants_need_is_instrumented(inv, tmp_path):
     only_step.write_text(json.dumps(doc))
     args = [MLP, "--steps", "3", "--bug", "optimizer-over-frozen"]
     out, collect = tmp_path / "selective", tmp_path / "collect"
-    proc, full = _parallel(
+    proc, full = run_parallel(
         (args, agent_env("check", out, TRAINCHECK_INV=str(only_step), TRAINCHECK_DEBUG="1", TRAINCHECK_CHECK_TRACE="1")),
         (args, agent_env("collect", collect, TRAINCHECK_DEBUG="1")))
     assert proc.returncode == 0, proc.stderr
@@ -210,14 +197,14 @@ def test_ddp_under_torchrun_clean_and_same_data(tmp_path):
         cmd = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(PIPELINES / "ddp_train.py"), *args]
         return cmd, agent_env(mode, out, OMP_NUM_THREADS="1", **env)
 
-    [ref] = _parallel(torchrun("collect", tmp_path / "ref", "--steps", "6"))
+    [ref] = run_parallel(torchrun("collect", tmp_path / "ref", "--steps", "6"))
     assert ref.returncode == 0, ref.stderr
     invariants, files = infer_invariants([tmp_path / "ref"])
     assert {"CrossRankConsistent", "CrossRankValue", "StateTransition"} <= {i.relation for i in invariants}
     write_invariants(invariants, tmp_path / "inv.json", [str(f) for f in files])
     inv_file = str(tmp_path / "inv.json")
     clean, same = tmp_path / "clean", tmp_path / "same"
-    procs = _parallel(torchrun("check", clean, "--steps", "8", "--seed", "1", TRAINCHECK_INV=inv_file),
+    procs = run_parallel(torchrun("check", clean, "--steps", "8", "--seed", "1", TRAINCHECK_INV=inv_file),
                       torchrun("check", same, "--steps", "4", "--bug", "same-data", TRAINCHECK_INV=inv_file))
     for proc in procs:
         assert proc.returncode == 0, proc.stderr

@@ -7,6 +7,7 @@ names the variable, and the default is used.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -21,6 +22,7 @@ MODES = ("off", "collect", "check")
 ACTIVE_MODES = ("collect", "check")
 ACTIONS = ("log", "raise", "abort")
 CHECKERS = ("auto", "process", "thread")  # TRAINCHECK_CHECKER; the first is the default
+DEFAULT_MAX_TRACE_MB = 4096
 
 ENV_VARS: dict[str, str] = {
     "TRAINCHECK_MODE": "off (default) | collect | check. Nothing happens unless set.",
@@ -39,8 +41,14 @@ ENV_VARS: dict[str, str] = {
     "TRAINCHECK_FLUSH_INTERVAL": "Seconds between background flushes of the trace, or hand-overs to the "
                                  "checker in check mode (default 0.5).",
     "TRAINCHECK_FLUSH_RECORDS": "Buffered records that trigger an early flush (default 2000).",
+    "TRAINCHECK_MAX_TRACE_MB": "Size limit of each process's trace file in MiB (default 4096; 0 = none). Past it "
+                               "records are not written (check mode still checks them), one warning says so "
+                               "and a note at the end of the file counts them.",
     "TRAINCHECK_SKIP_PROGRAMS": "Extra ':'-separated program or module names the agent never activates in.",
     "TRAINCHECK_DEBUG": "1 = print the agent's debug lines.",
+    "TRAINCHECK_INJECT_FAULT": "Testing the agent only: stages whose work fails on purpose, ','-separated, "
+                               "each optionally ':N' for its first N entries (wrap, record, describe, "
+                               "fingerprint, snapshot, writer, checker, violation-log, exchange).",
 }
 
 
@@ -52,6 +60,9 @@ def _float(env: Mapping[str, str], name: str, default: float, minimum: float) ->
         value = float(raw)
     except ValueError:
         warn(f"{name}={raw!r} is not a number; using {default}")
+        return default
+    if not math.isfinite(value):
+        warn(f"{name}={raw!r} is not a finite number; using {default}")
         return default
     if value < minimum:
         warn(f"{name}={raw!r} is below {minimum}; using {default}")
@@ -134,6 +145,7 @@ class Settings:
     run_id: str = field(default_factory=new_run_id)
     flush_interval_s: float = 0.5
     flush_max_records: int = 2000
+    max_trace_bytes: int = DEFAULT_MAX_TRACE_MB << 20  # 0: no limit
     skip_programs: tuple[str, ...] = ()
     host: str = field(default_factory=socket.gethostname)
     # Check mode: the invariants files, what a violation does, and whether to also write the trace.
@@ -157,6 +169,7 @@ class Settings:
             run_id=run_id_from(env),
             flush_interval_s=_float(env, "TRAINCHECK_FLUSH_INTERVAL", 0.5, 0.01),
             flush_max_records=int(_float(env, "TRAINCHECK_FLUSH_RECORDS", 2000, 1)),
+            max_trace_bytes=int(_float(env, "TRAINCHECK_MAX_TRACE_MB", DEFAULT_MAX_TRACE_MB, 0) * 2**20),
             skip_programs=skip,
             invariant_files=_split_paths(env.get("TRAINCHECK_INV")),
             action=_choice(env, "TRAINCHECK_ACTION", ACTIONS) if resolved_mode == "check" else "log",

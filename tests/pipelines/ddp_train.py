@@ -54,6 +54,9 @@ def main() -> None:
         optimizer.step()
         losses.append(loss.item())
     print(json.dumps({"rank": rank, "pid": os.getpid(), "losses": losses}))
+    # Ranks leave together: a rank that tears its process group down while the other still
+    # talks to it makes torch's gloo backend abort one of them at exit now and then.
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -135,6 +135,10 @@ def start(mode: str) -> None:
         return
     _started = True
     settings = Settings.from_env(mode=mode)
+    from traincheck_agent import faults
+
+    for problem in faults.problems:
+        warn(problem)
     role, reason = classify(extra_skip=settings.skip_programs)
     if role is ProcessRole.LAUNCHER:
         # Every rank this launcher starts inherits the same run id.
@@ -173,6 +177,7 @@ def start(mode: str) -> None:
         write_file=check is None or settings.check_trace,
         sink=check.sink if check is not None else None,
         close_timeout_s=CLOSE_TIMEOUT_S if check is not None else 5.0,
+        max_bytes=settings.max_trace_bytes,
     )
     if check is not None:
         check.sink.writer = writer

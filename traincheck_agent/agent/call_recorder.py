@@ -25,13 +25,17 @@ from typing import Any
 
 import torch
 
+from traincheck_agent import faults
 from traincheck_agent.agent import runtime
+from traincheck_agent.agent.compiled_regions import in_compiled_region
 from traincheck_agent.agent.descriptors import describe, describe_args, parameter_names
 from traincheck_agent.agent.patching import TracedFunction  # noqa: F401  (re-export)
 from traincheck_agent.policy.model import DESCRIBE_NONE
 from traincheck_agent.trace.schema import KIND_CALL
 
 Hook = Callable[["CallContext"], None]
+# APIs under this prefix return batches: their return values are described as data.
+DATA_LOADING_PREFIX = "torch.utils.data."
 
 
 class CallContext:
@@ -95,8 +99,13 @@ def make_call_wrapper(
     time_ns = time.time_ns
     hookless = before is None and after is None
     default_levels = (args_level, returns_level)
+    returns_batch = isinstance(api, str) and api.startswith(DATA_LOADING_PREFIX)
+    armed = faults.armed  # empty unless a test injects agent faults
+    fire = faults.fire
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        if in_compiled_region():  # dynamo traces this call: no recording, no graph break
+            return wrapped(*args, **kwargs)
         rt = runtime.current
         if rt is None or state.busy:
             return wrapped(*args, **kwargs)
@@ -113,7 +122,7 @@ def make_call_wrapper(
                 name = api if isinstance(api, str) else api(instance)
                 levels = selection.levels(name, module_call)
             except Exception as exc:  # agent fault: the user's call still runs
-                rt.agent_error("call-prologue", exc)
+                rt.agent_error("record", exc)
                 return wrapped(*args, **kwargs)
             if levels is None and hookless:
                 return _scope_only(rt, wrapped, args, kwargs)
@@ -122,8 +131,11 @@ def make_call_wrapper(
 
         ctx = None
         record_fields = None
+        stage = "record"
         state.busy = True
         try:
+            if armed:
+                fire("record")
             if name is None:
                 name = api if isinstance(api, str) else api(instance)
             ctx = CallContext(runtime.next_call_id(), name, instance, args, kwargs, rt.clock.step)
@@ -133,9 +145,13 @@ def make_call_wrapper(
             if record and ctx.record and levels is not None:
                 a_level = levels[0]
                 registry = rt.registry
+                stage = "describe"
+                if armed:
+                    fire("describe")
                 described = describe_args(arg_names, args, kwargs, a_level, registry.param_names, registry.module_names)
                 if describe_self and instance is not None and a_level != DESCRIBE_NONE:
                     described = {"self": describe(instance, a_level, registry.param_names, registry.module_names), **described}
+                stage = "record"
                 grad = torch.is_grad_enabled()
                 record_fields = {
                     "kind": KIND_CALL,
@@ -151,7 +167,7 @@ def make_call_wrapper(
                 if extra is not None:
                     record_fields["ctx"] = extra
         except Exception as exc:  # agent fault: the user's call still runs
-            rt.agent_error("call-prologue", exc)
+            rt.agent_error(stage, exc)
         finally:
             state.busy = False
 
@@ -181,6 +197,7 @@ def make_call_wrapper(
         rt = runtime.current
         if rt is None:
             return
+        stage = "record"
         state.busy = True
         try:
             if hook is not None:
@@ -191,14 +208,17 @@ def make_call_wrapper(
                 fields["exc"] = type(ctx.exc).__name__ if ctx.exc is not None else None
                 if level != DESCRIBE_NONE and ctx.exc is None:
                     registry = rt.registry
-                    fields["ret"] = describe(ctx.result, level, registry.param_names, registry.module_names)
+                    stage = "describe"
+                    fields["ret"] = describe(ctx.result, level, registry.param_names, registry.module_names,
+                                             data=returns_batch)
+                    stage = "record"
                 rt.emit(fields)
             if not state.stack:
                 rt.clock.advance_if_pending()
                 if rt.sync_check:
                     rt.check_now()
         except Exception as exc:
-            rt.agent_error("call-epilogue", exc)
+            rt.agent_error(stage, exc)
         finally:
             state.busy = False
 
@@ -218,7 +238,7 @@ def make_call_wrapper(
                 try:
                     rt.clock.advance_if_pending()
                 except Exception as exc:
-                    rt.agent_error("call-epilogue", exc)
+                    rt.agent_error("record", exc)
                 finally:
                     state.busy = False
 

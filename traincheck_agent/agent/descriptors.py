@@ -1,8 +1,10 @@
 """Descriptors: what a trace records about an argument or a return value.
 
 Never a tensor's values: type, shape, dtype, device, requires_grad and, when the policy asks
-for it, a fingerprint. Scalars are recorded as they are (strings cut short). Containers are
-described up to a few items. Everything here runs on the training thread, so it is kept to
+for it, a fingerprint. Numbers are recorded as they are, and so are short strings passed as
+arguments themselves (options such as ``reduction="mean"``); a string inside a container or
+a long one is recorded as its length only, since that is where a batch's text would be (a
+list of sentences, a dict of fields). Containers are described up to a few items. Everything here runs on the training thread, so it is kept to
 attribute reads and small dicts.
 """
 
@@ -18,7 +20,7 @@ from traincheck_agent.fingerprint import fingerprint_tensor
 from traincheck_agent.policy.model import DESCRIBE_FINGERPRINT, DESCRIBE_NONE
 
 MAX_ITEMS = 8
-MAX_STR = 200
+MAX_STR = 64  # longest string argument recorded as it is
 MAX_DEPTH = 2
 
 _dtype_names: dict[torch.dtype, str] = {}
@@ -48,11 +50,16 @@ def describe_tensor(t: torch.Tensor, names: dict[int, str], level: str) -> dict[
     return out
 
 
-def describe(value: Any, level: str, names: dict[int, str], module_names: dict[int, str], depth: int = 0) -> Any:
-    if value is None or isinstance(value, (bool, int, float)):
+def describe(value: Any, level: str, names: dict[int, str], module_names: dict[int, str], depth: int = 0,
+             data: bool = False) -> Any:
+    """``data``: ``value`` is a batch (what a data-loading API returns), so its Python numbers
+    are content too and only their type is recorded."""
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, (int, float)):
+        return {"t": type(value).__name__} if data else value
     if isinstance(value, str):
-        return value if len(value) <= MAX_STR else value[:MAX_STR] + "..."
+        return value if depth == 0 and not data and len(value) <= MAX_STR else {"t": "str", "len": len(value)}
     if isinstance(value, torch.Tensor):
         return describe_tensor(value, names, level)
     if isinstance(value, torch.nn.Module):
@@ -67,13 +74,13 @@ def describe(value: Any, level: str, names: dict[int, str], module_names: dict[i
     if isinstance(value, (list, tuple)):
         out = {"t": type(value).__name__, "len": len(value)}
         if depth < MAX_DEPTH:
-            out["items"] = [describe(v, level, names, module_names, depth + 1) for v in value[:MAX_ITEMS]]
+            out["items"] = [describe(v, level, names, module_names, depth + 1, data) for v in value[:MAX_ITEMS]]
         return out
     if isinstance(value, dict):
         out = {"t": "dict", "len": len(value)}
         if depth < MAX_DEPTH:
             out["items"] = {
-                str(k): describe(v, level, names, module_names, depth + 1)
+                str(k): describe(v, level, names, module_names, depth + 1, data)
                 for k, v in list(value.items())[:MAX_ITEMS]
             }
         return out

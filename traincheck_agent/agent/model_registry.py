@@ -9,6 +9,7 @@ are unwrapped so that parameter names are the same with and without them:
 
 from __future__ import annotations
 
+import threading
 import weakref
 from types import FrameType
 from typing import Any
@@ -66,6 +67,7 @@ class ModelRegistry:
     def __init__(self) -> None:
         self._names = NameBook()
         self._roots: dict[int, tuple[str, weakref.ref]] = {}
+        self._root_threads: dict[int, int] = {}  # id(root) -> thread that last ran its forward
         self._aliases: dict[int, int] = {}  # id(wrapper) -> id(root)
         # DistributedDataParallel wrappers: whether their next backward all-reduces (no_sync).
         self.ddp_wrappers: weakref.WeakSet = weakref.WeakSet()
@@ -131,9 +133,19 @@ class ModelRegistry:
                 continue
             self._index(root, name)
 
-    def roots(self) -> list[tuple[str, torch.nn.Module]]:
+    def note_thread(self, module: torch.nn.Module) -> None:
+        """The thread now running ``module``'s forward (outermost module call): a snapshot
+        taken by another thread must not read this model's grads while its backward runs."""
+        key = self._aliases.get(id(module), id(module))
+        if key in self._roots:
+            self._root_threads[key] = threading.get_ident()
+
+    def roots(self, thread: int | None = None) -> list[tuple[str, torch.nn.Module]]:
+        """The root models; with ``thread``, only those last run by that thread (or never run)."""
         out = []
-        for name, ref in self._roots.values():
+        for key, (name, ref) in list(self._roots.items()):  # list(): other threads register roots
+            if thread is not None and self._root_threads.get(key, thread) != thread:
+                continue
             root = ref()
             if root is not None:
                 out.append((name, root))

@@ -7,6 +7,8 @@ from typing import Any
 
 import wrapt
 
+from traincheck_agent import faults
+
 
 def _resolve_qualified(module: str, qualname: str) -> Any:
     obj: Any = importlib.import_module(module)
@@ -49,6 +51,8 @@ def wrap_attribute(owner: Any, attr: str, wrapper: Any) -> bool:
     current = vars(owner).get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
     if is_traced(current):
         return False
+    if faults.armed:
+        faults.fire("wrap")
     wrapt.wrap_object(owner, attr, TracedFunction, (wrapper,))
     wrapped_count += 1
     return True

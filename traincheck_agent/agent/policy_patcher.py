@@ -110,7 +110,9 @@ def _apply_rule(
             if wrap_attribute(owner, attr, wrapper):
                 wrapped += 1
         except Exception as exc:  # one API that cannot be wrapped must not stop the others
-            warn(f"policy {rule.source}: apis[{rule.id}]: cannot wrap {full_name}: {type(exc).__name__}: {exc}")
+            # Not counted against the budget: an API left unwrapped costs nothing but its records.
+            runtime.report_agent_error("wrap", exc, where=f"policy {rule.source}: apis[{rule.id}]: {full_name}",
+                                       counted=False)
     for pattern in rule.include:
         if not (_GLOB_CHARS & set(pattern)) and pattern not in matched:
             warn(f"policy {rule.source}: apis[{rule.id}]: {module.__name__}.{pattern} does not exist; skipped")
@@ -130,7 +132,7 @@ def install_policy_hooks(policy: Policy, schedule: Callable[[Callable[[], None]]
                 try:
                     apply_rules(module, rules, policy)
                 except Exception as exc:
-                    warn(f"policy rules for {module.__name__} not applied: {type(exc).__name__}: {exc}")
+                    runtime.report_agent_error("wrap", exc, where=f"policy rules for {module.__name__}", counted=False)
 
             schedule(patch)
 

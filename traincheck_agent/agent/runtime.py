@@ -13,7 +13,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from traincheck_agent.messages import warn, warn_once
+from traincheck_agent import faults
+from traincheck_agent.messages import debug, warn, warn_once
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -96,13 +97,15 @@ class Runtime:
         if threading.get_ident() == threading.main_thread().ident:
             self.writer.flush(SYNC_CHECK_TIMEOUT_S)
 
-    def agent_error(self, stage: str, exc: BaseException) -> None:
-        """Count an error raised by the agent's own logic; past the budget, switch off."""
+    def agent_error(self, stage: str, exc: BaseException, where: str | None = None, counted: bool = True) -> None:
+        """Report an error raised by the agent's own logic in ``stage`` (an inner stage the
+        exception was tagged with wins): one warning per stage; ``counted`` errors go against
+        the budget, past which the agent switches itself off."""
+        stage = faults.stage_of(exc, stage)
         with self._error_lock:
-            self.errors += 1
-            over_budget = self.errors > ERROR_BUDGET
-        warn_once(f"agent-error:{stage}", f"agent error in {stage} ({type(exc).__name__}: {exc}); "
-                  "the training continues, this stage may record less")
+            self.errors += counted
+            over_budget = counted and self.errors > ERROR_BUDGET
+        _warn_stage(stage, exc, where)
         if over_budget:
             deactivate(f"more than {ERROR_BUDGET} agent errors")
 
@@ -117,6 +120,23 @@ class Runtime:
             deactivate(None)
             return False
         return True
+
+
+def _warn_stage(stage: str, exc: BaseException, where: str | None) -> None:
+    detail = f"{where}: " if where else ""
+    text = f"{detail}{type(exc).__name__}: {exc}"
+    warn_once(f"agent-error:{stage}", f"agent error in {faults.label(stage)} ({text}); the training continues "
+              "(further errors in this stage are counted, not shown)")
+    debug(f"agent error in {faults.label(stage)}: {text}")
+
+
+def report_agent_error(stage: str, exc: BaseException, where: str | None = None, counted: bool = True) -> None:
+    """``agent_error`` of the active runtime; with the agent off, the warning alone."""
+    rt = current
+    if rt is not None:
+        rt.agent_error(stage, exc, where, counted)
+    else:
+        _warn_stage(faults.stage_of(exc, stage), exc, where)
 
 
 def activate(rt: Runtime) -> None:

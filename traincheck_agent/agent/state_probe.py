@@ -7,12 +7,15 @@ CUDA). Snapshots are taken on the training thread because the state changes righ
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
+from traincheck_agent import faults
+from traincheck_agent.agent import runtime
 from traincheck_agent.agent.clock import TrainingClock
 from traincheck_agent.agent.descriptors import dtype_name
 from traincheck_agent.agent.model_registry import ModelRegistry
@@ -72,9 +75,21 @@ class StateProbe:
         optimizer: torch.optim.Optimizer | None = None,
         module: torch.nn.Module | None = None,
     ) -> None:
+        """Record the state the policy names at ``when:event``. An error here is the agent's: it
+        is counted and reported (the call around it is still recorded) and never reaches the
+        training."""
+        try:
+            self._snapshot(when, event, call_id, optimizer, module)
+        except Exception as exc:
+            runtime.report_agent_error("snapshot", exc)
+
+    def _snapshot(self, when: str, event: str, call_id: int | None, optimizer: torch.optim.Optimizer | None,
+                  module: torch.nn.Module | None) -> None:
         rule = self.wants(when, event)
         if rule is None:
             return
+        if faults.armed:
+            faults.fire("snapshot")
         self.groups.poll(self.clock.step)
         where = f"{when}:{event}"
         base = {
@@ -119,7 +134,7 @@ class StateProbe:
             return [(registry.param_name(p) or n, p) for n, p in module.named_parameters()]
         seen: set[int] = set()
         selected = []
-        for root_name, root in registry.roots():
+        for root_name, root in registry.roots(threading.get_ident()):
             for n, p in root.named_parameters():
                 if id(p) not in seen:
                     seen.add(id(p))
@@ -129,18 +144,18 @@ class StateProbe:
     def _params(self, base: dict[str, Any], items: Iterable[str], params: list[tuple[str, torch.Tensor]]) -> None:
         want_data = "params.data" in items
         want_grad = "params.grad" in items
+        # Each grad is read once: another thread training the same parameters may replace it.
+        grads = [p.grad if want_grad else None for _, p in params]
         tensors: list[torch.Tensor] = []  # read in place (fingerprints only read, under no_grad)
-        for _, p in params:
+        for (_, p), grad in zip(params, grads, strict=True):
             if want_data:
                 tensors.append(p)
-            if want_grad:
-                grad = p.grad
-                if grad is not None:
-                    tensors.append(grad)
+            if grad is not None:
+                tensors.append(grad)
         fps = iter(fingerprint_tensors(tensors))
         extra_attrs = self.policy.param_attributes
         owners = self.registry.param_owner
-        for name, p in params:
+        for (name, p), grad in zip(params, grads, strict=True):
             attrs: dict[str, Any] = {
                 "dtype": dtype_name(p.dtype),
                 "shape": list(p.shape),
@@ -150,7 +165,7 @@ class StateProbe:
             if want_data:
                 attrs["data"] = next(fps)
             if want_grad:
-                attrs["grad"] = next(fps) if p.grad is not None else None
+                attrs["grad"] = next(fps) if grad is not None else None
             for attr in extra_attrs:
                 value = getattr(p, attr, None)
                 if value is not None and isinstance(value, (bool, int, float, str)):

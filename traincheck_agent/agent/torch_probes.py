@@ -12,10 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import wrapt
 
 from traincheck_agent.agent import runtime
 from traincheck_agent.agent.api_names import defining_class, public_class_name
 from traincheck_agent.agent.call_recorder import CallContext, make_call_wrapper
+from traincheck_agent.agent.compiled_regions import is_compiled_module, watch_compilation
 from traincheck_agent.agent.naming import first_user_frame
 from traincheck_agent.agent.patching import is_traced, wrap_attribute
 from traincheck_agent.agent.runtime import SYNC_CHECK_TIMEOUT_S
@@ -50,17 +52,26 @@ def _module_api(instance: Any) -> str:
 
 def _module_before(ctx: CallContext) -> None:
     module = ctx.instance
+    if is_compiled_module(module):
+        _enter("compiled_module_calls")
+    elif getattr(_depths, "compiled_module_calls", 0) and isinstance(module, torch.fx.GraphModule):
+        # The enclosing compiled module's own code, run by its backend (e.g. aot_eager): a call
+        # inside the compiled region, not one of the model's.
+        ctx.record = False
     if not _enter("module_calls"):
         return
     rt = _rt()
     if not rt.registry.knows_module(module):
         rt.registry.register_root(module, first_user_frame())
+    rt.registry.note_thread(module)
     rt.clock.model_training = module.training
     if module.training and torch.is_grad_enabled():
         rt.clock.start_training()
 
 
 def _module_after(ctx: CallContext) -> None:
+    if is_compiled_module(ctx.instance):
+        _leave("compiled_module_calls")
     _leave("module_calls")
 
 
@@ -237,6 +248,7 @@ def _destroy_process_group_before(ctx: CallContext) -> None:
 
 def install_core_probes(policy: Policy) -> None:
     """Wrap the torch entry points the clock, the registry and the state probe rely on."""
+    wrapt.register_post_import_hook(watch_compilation, "torch._dynamo")
     module_cls = torch.nn.Module
     wrap_attribute(module_cls, "__call__", make_call_wrapper(
         _module_api, args_level=DESCRIBE_SUMMARY, returns_level=DESCRIBE_SUMMARY,

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from traincheck_agent import faults
 from traincheck_agent.agent.process_hooks import (
     SIGTERM_FLUSH_TIMEOUT_S,
     ensure_sigterm_watch,
@@ -41,7 +42,9 @@ from traincheck_agent.agent.process_hooks import (
     live_writers,
     register_multiprocessing_exit,
 )
+from traincheck_agent.agent.runtime import report_agent_error
 from traincheck_agent.messages import warn_once
+from traincheck_agent.output_files import make_output_dir, open_append
 from traincheck_agent.trace.schema import KIND_HEADER, KIND_NOTE, SCHEMA_VERSION, trace_file_name
 
 _DUMPS_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
@@ -85,6 +88,7 @@ class TraceWriter:
         write_file: bool = True,
         sink: RecordSink | None = None,
         close_timeout_s: float = 5.0,
+        max_bytes: int | None = None,
     ) -> None:
         self._out_dir = Path(out_dir)
         self._header_provider = header_provider
@@ -94,6 +98,7 @@ class TraceWriter:
         self._write_file = write_file
         self._sink = sink
         self._close_timeout = close_timeout_s
+        self._max_bytes = max_bytes if max_bytes and max_bytes > 0 else None
         self._closed = False
         self._reset()
         live_writers.add(self)
@@ -117,6 +122,8 @@ class TraceWriter:
         self._dropped_unserialisable = 0
         self._reported_full = 0
         self._reported_unserialisable = 0
+        self._written = 0  # bytes in this process's file
+        self._dropped_capped = 0  # records not written since the file reached max_bytes
 
     # ----------------------------------------------------------------- hot path
 
@@ -151,7 +158,7 @@ class TraceWriter:
         try:
             self._drain(time.monotonic() + max(0.0, timeout_s))
         except Exception as exc:  # contained: flushing is best effort
-            warn_once(f"trace-flush-{id(self)}", f"trace writer failed to flush: {exc!r}")
+            report_agent_error("writer", exc)
 
     def close(self, timeout_s: float | None = None) -> None:
         """Flush, stop the background thread, close the file and the sink; later emits are
@@ -171,6 +178,7 @@ class TraceWriter:
             thread.join(max(0.0, deadline - time.monotonic()))
         if self._io_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             try:
+                self._write_cap_note()
                 self._close_fd()
             finally:
                 self._io_lock.release()
@@ -206,7 +214,7 @@ class TraceWriter:
             try:
                 self._drain(None)
             except Exception as exc:  # keep the thread alive; the next round may succeed
-                warn_once(f"trace-thread-{id(self)}", f"trace writer error (continuing): {exc!r}")
+                report_agent_error("writer", exc)
 
     # ----------------------------------------------------------------- draining
 
@@ -323,29 +331,58 @@ class TraceWriter:
 
     def _write_batch(self, batch: list[dict]) -> bool:
         """Append one batch to the file and hand it to the sink; False when disabled."""
+        if faults.armed:
+            faults.fire("writer")
         if not self._write_file:
             if not self._feed_sink(batch):
                 return False
             self._note_drops_without_file()
             return True
+        if self._dropped_capped:  # the file is full: the records still reach the sink
+            self._dropped_capped += len(batch)
+            return self._feed_sink(batch)
         data = self._serialise(batch)  # before the sink sees the records, whatever it does with them
         if not self._feed_sink(batch):
             return False
         if not data or not self._write_file:
             return True
+        header = b""
         if self._fd is None:
-            header = self._open()
-            if header is None:
+            opened = self._open()
+            if opened is None:
                 return not self._disabled  # with a sink, only the file stopped
-            data = header + data
+            header = opened
+        if self._max_bytes is not None and self._written + len(header) + len(data) > self._max_bytes:
+            self._start_capping(len(batch))
+            data = b""  # the header alone, so that the file stays readable
+        data = header + data
         try:
             write_all(self._fd, data)
+            self._written += len(data)
         except OSError as exc:
             # A partial write may have left a torn line; writing more after it would turn it into
             # a corrupt line in the middle of the file, so stop here.
             self._disable_file(f"cannot write trace file {self._path}: {exc}; tracing stopped")
             return not self._disabled
         return True
+
+    def _start_capping(self, records: int) -> None:
+        self._dropped_capped = records
+        warn_once(f"trace-capped-{id(self)}",
+                  f"trace file {self._path} reached the size limit ({self._max_bytes / 2**20:.4g} MiB, "
+                  "TRAINCHECK_MAX_TRACE_MB); later records of this process are not written (their number "
+                  "goes into a note at the end of the file)")
+
+    def _write_cap_note(self) -> None:
+        """At close: one note after the last written line saying how many records the size limit
+        kept out of the file (the note itself may pass the limit by its one line)."""
+        if not self._dropped_capped or self._fd is None:
+            return
+        note = {"kind": KIND_NOTE, "what": "dropped_records", "reason": "size_limit",
+                "count": self._dropped_capped, "t_ns": time.time_ns()}
+        with contextlib.suppress(OSError):
+            write_all(self._fd, orjson.dumps(note, option=_DUMPS_OPTIONS))
+        self._dropped_capped = 0
 
     def _note_drops_without_file(self) -> None:
         """Without a file there is no note to write: say it once on stderr instead."""
@@ -371,9 +408,8 @@ class TraceWriter:
             self._disable_file(f"trace header could not be serialised ({exc}); tracing stopped")
             return None
         try:
-            self._out_dir.mkdir(parents=True, exist_ok=True)  # mode 0o777 & ~umask
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
-            self._fd = os.open(path, flags, 0o666)
+            make_output_dir(self._out_dir)
+            self._fd = open_append(path)
         except OSError as exc:
             self._disable_file(f"cannot write traces to {path}: {exc}; records are discarded")
             return None

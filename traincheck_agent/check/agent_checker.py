@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from traincheck_agent import faults
 from traincheck_agent.agent.dist_info import launcher_facts
 from traincheck_agent.check.checker_process import CheckerProcess, spare_core
 from traincheck_agent.check.requirements import (
@@ -143,11 +144,7 @@ def prepare_check(settings: Settings, policy: Policy) -> CheckSetup | None:
 def _runtime_error(stage: str, exc: BaseException) -> None:
     from traincheck_agent.agent import runtime
 
-    rt = runtime.current
-    if rt is not None:
-        rt.agent_error(stage, exc)
-    else:
-        warn(f"agent error in {stage} ({type(exc).__name__}: {exc})")
+    runtime.report_agent_error(stage, exc)
 
 
 def _runtime_request_action(action: Action) -> None:
@@ -354,6 +351,8 @@ class CheckSink:
             self.violated[label] = self.violated.get(label, 0) + 1
             record = violation_record(violation, self.by_id.get(invariant_id), rank=self.rank,
                                       run_id=self.run_id, host=self.host)
+            if faults.armed:
+                faults.fire("violation-log")
             self.log.report(record)
             if len(self.records) < TRIAGE_RECORDS:
                 self.records.append(record)

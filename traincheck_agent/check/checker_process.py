@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 import traincheck_agent
+from traincheck_agent import faults
 from traincheck_agent.agent.trace_writer import write_all
 from traincheck_agent.inference.invariant import Invariant
 
@@ -63,7 +64,8 @@ def spare_core(env: Mapping[str, str] | None = None, cores: int | None = None) -
 
 
 def _child_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINCHECK_")}
+    # The agent stays off in the child; only the checker's own test switch goes along.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINCHECK_") or k == faults.ENV}
     package_root = str(Path(traincheck_agent.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     return env

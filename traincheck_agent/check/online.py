@@ -24,6 +24,7 @@ from collections.abc import Callable, Hashable
 from types import ModuleType
 from typing import Any
 
+from traincheck_agent import faults
 from traincheck_agent.check.rank_exchange import StoreExchange, decode, encode
 from traincheck_agent.check.rank_summary import Summary, disagree, summarize
 from traincheck_agent.inference.engine import RELATIONS
@@ -105,6 +106,8 @@ class _CrossRank:
                                              f"cross-rank invariants are not checked for the rest of the run")
 
     def _steps_complete(self, before: int, report: Report) -> None:
+        if faults.armed:
+            faults.fire("exchange")
         if self.exchange is None:
             self.exchange = self.factory(self.run_id, self.restart)
             if self.exchange is None:
@@ -203,6 +206,8 @@ class OnlineChecker:
             [] if self._cross_rank is None else list(self._cross_rank.watches))
 
     def feed(self, record: dict[str, Any]) -> None:
+        if faults.armed:
+            faults.fire("checker")
         if record.get("kind") == KIND_HEADER:
             self._start(record)
             return

@@ -20,6 +20,7 @@ import orjson
 from traincheck_agent.check.triage import Group, triage
 from traincheck_agent.check.violations import VIOLATIONS_GLOB, what_happened
 from traincheck_agent.messages import warn
+from traincheck_agent.output_files import make_output_dir
 
 MAX_BINS = 120
 MAX_ROWS_PER_GROUP = 200
@@ -386,7 +387,7 @@ def write_report(root: Path, output: Path) -> tuple[int, int, int, int]:
     records, files = read_violations(root)
     groups = triage(records)
     page = render_report(records, str(root), files, groups)
-    output.parent.mkdir(parents=True, exist_ok=True)
+    make_output_dir(output.parent)
     output.write_text(page, encoding="utf-8")
     return len(records), sum(g.count for g in groups), len(groups), len(files)
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import orjson
 
 from traincheck_agent.messages import PREFIX, warn
+from traincheck_agent.output_files import make_output_dir, open_append
 
 if TYPE_CHECKING:
     from traincheck_agent.inference.invariant import Invariant
@@ -245,8 +246,8 @@ class ViolationLog:
         try:
             line = orjson.dumps(record, option=orjson.OPT_NON_STR_KEYS, default=str) + b"\n"
             if self._handle is None:
-                self.out_dir.mkdir(parents=True, exist_ok=True)
-                self._handle = open(self.path, "ab")  # noqa: SIM115 - held open across reports
+                make_output_dir(self.out_dir)
+                self._handle = os.fdopen(open_append(self.path), "ab")
             self._handle.write(line)
             self._handle.flush()
         except (OSError, TypeError, ValueError) as exc:

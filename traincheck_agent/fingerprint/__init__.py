@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from traincheck_agent import messages
+from traincheck_agent import faults, messages
 from traincheck_agent.fingerprint import cpu, device_hash
 
 __all__ = ["ALGORITHMS", "fingerprint_tensor", "fingerprint_tensors"]
@@ -122,12 +122,22 @@ def _fingerprint_group(device: torch.device, tensors: list[torch.Tensor]) -> lis
 
 
 def fingerprint_tensors(tensors: Sequence[torch.Tensor]) -> list[dict]:
-    """Fingerprint many tensors at once, in input order.
+    """Fingerprint many tensors at once, in input order (an error is tagged with this stage).
 
     Tensors of one accelerator are done together: a few kernel launches and one device-to-host
     copy for the whole batch, which is what keeps a per-step snapshot of a model cheap. The
     per-tensor host work is kept to a few attribute reads (it dominates for small tensors).
     """
+    try:
+        if faults.armed:
+            faults.fire("fingerprint")
+        return _fingerprint_batch(tensors)
+    except Exception as exc:
+        faults.tag(exc, "fingerprint")
+        raise
+
+
+def _fingerprint_batch(tensors: Sequence[torch.Tensor]) -> list[dict]:
     n = len(tensors)
     with torch.no_grad():
         if all(type(t) in _PLAIN_TYPES and t.is_cpu and t.layout is _STRIDED for t in tensors):

@@ -1,0 +1,105 @@
+"""Resource bounds in real runs: the trace file's size limit, and an output directory that
+cannot be written. Neither may change the training or stop check mode from checking."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from conftest import PIPELINES, agent_env, read_traces, run_parallel
+
+from traincheck_agent.inference.engine import infer_invariants
+from traincheck_agent.inference.invariant import write_invariants
+
+MLP = str(PIPELINES / "mlp_train.py")
+STEPS = ["--steps", "12"]
+LIMIT_MB = 0.08
+
+
+def _losses(stdout: str) -> list[float]:
+    return json.loads(stdout.strip().splitlines()[-1])["losses"]
+
+
+def _warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("[traincheck] warning:")]
+
+
+@pytest.fixture(scope="module")
+def plain() -> dict[str, list[float]]:
+    clean, buggy = run_parallel(([MLP, *STEPS], agent_env(None, None)),
+                                ([MLP, *STEPS, "--bug", "no-zero-grad"], agent_env(None, None)))
+    assert clean.returncode == 0 and buggy.returncode == 0, clean.stderr + buggy.stderr
+    return {"clean": _losses(clean.stdout), "buggy": _losses(buggy.stdout)}
+
+
+def test_trace_size_limit_stops_writing_and_says_so_once(plain, tmp_path):
+    out = tmp_path / "out"
+    full = tmp_path / "full"
+    limited, unlimited = run_parallel(
+        ([MLP, *STEPS], agent_env("collect", out, TRAINCHECK_MAX_TRACE_MB=str(LIMIT_MB), TRAINCHECK_FLUSH_RECORDS="50")),
+        ([MLP, *STEPS], agent_env("collect", full, TRAINCHECK_FLUSH_RECORDS="50")))
+    assert limited.returncode == 0 and unlimited.returncode == 0, limited.stderr + unlimited.stderr
+    assert _losses(limited.stdout) == _losses(unlimited.stdout) == plain["clean"]
+    [warning] = _warnings(limited.stderr)
+    assert "reached the size limit" in warning and "TRAINCHECK_MAX_TRACE_MB" in warning
+    assert _warnings(unlimited.stderr) == []
+
+    [path] = out.glob("trace_*.jsonl")
+    lines = path.read_bytes().splitlines()
+    assert sum(len(line) + 1 for line in lines[:-1]) <= LIMIT_MB * 2**20  # all but the closing note
+    note = json.loads(lines[-1])
+    [trace] = read_traces(out)
+    [full_trace] = read_traces(full)
+    kept = len(trace.records) - 1
+    assert note == {**note, "kind": "note", "what": "dropped_records", "reason": "size_limit",
+                    "count": len(full_trace.records) - kept}
+    def shape(records: list[dict]) -> list[tuple]:
+        return [(r["kind"], r.get("api") or r.get("where"), r.get("var"), r.get("step")) for r in records]
+
+    assert 0 < kept < len(full_trace.records)
+    assert shape(trace.records[:kept]) == shape(full_trace.records[:kept])  # the run's beginning, as it was
+    invariants, _ = infer_invariants([out])  # a capped trace is still a trace
+    assert invariants
+
+
+def test_check_mode_checks_what_the_size_limit_keeps_out_of_the_file(plain, tmp_path):
+    ref = tmp_path / "ref"
+    [proc] = run_parallel(([MLP, "--steps", "10"], agent_env("collect", ref)))
+    assert proc.returncode == 0, proc.stderr
+    invariants, files = infer_invariants([ref])
+    write_invariants(invariants, tmp_path / "inv.json", [str(f) for f in files])
+    out = tmp_path / "out"
+    [proc] = run_parallel(([MLP, *STEPS, "--bug", "no-zero-grad"], agent_env(
+        "check", out, TRAINCHECK_INV=str(tmp_path / "inv.json"), TRAINCHECK_CHECK_TRACE="1",
+        TRAINCHECK_MAX_TRACE_MB="0.005", TRAINCHECK_FLUSH_RECORDS="20")))
+    assert proc.returncode == 0, proc.stderr
+    assert _losses(proc.stdout) == plain["buggy"]
+    assert any("reached the size limit" in w for w in _warnings(proc.stderr))
+    violations = [json.loads(line) for line in (out / "violations-0.jsonl").read_text().splitlines()]
+    [trace] = read_traces(out)
+    written_steps = {r.get("step") for r in trace.records if r["kind"] != "note"}
+    assert max(v["step"] for v in violations) > max((s for s in written_steps if isinstance(s, int)), default=-2)
+
+
+@pytest.mark.parametrize("mode", ["collect", "check"])
+def test_unwritable_output_is_one_warning_and_the_training_runs_on(mode, plain, tmp_path):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the output directory should be\n")
+    env: dict[str, str] = {}
+    if mode == "check":
+        ref = tmp_path / "ref"
+        [proc] = run_parallel(([MLP, "--steps", "10"], agent_env("collect", ref)))
+        invariants, files = infer_invariants([ref])
+        write_invariants(invariants, tmp_path / "inv.json", [str(f) for f in files])
+        env = {"TRAINCHECK_INV": str(tmp_path / "inv.json")}
+    args = [MLP, *STEPS, *(["--bug", "no-zero-grad"] if mode == "check" else [])]
+    [proc] = run_parallel((args, agent_env(mode, blocker / "out", **env)))
+    assert proc.returncode == 0, proc.stderr
+    assert _losses(proc.stdout) == plain["buggy" if mode == "check" else "clean"]
+    warnings = _warnings(proc.stderr)
+    assert len(warnings) == 1 and str(blocker) in warnings[0], proc.stderr
+    assert blocker.read_text() == "a file where the output directory should be\n"
+    if mode == "check":  # the violations still reach the user, on stderr
+        assert "[traincheck] VIOLATION" in proc.stderr or "[traincheck] violation" in proc.stderr.lower()
+    assert not os.path.exists(blocker / "out")
