@@ -3,9 +3,9 @@
 Learns invariants from a short clean collect run of the MLP test pipeline, then runs the same
 pipeline for ``--steps`` steps plain and under check mode (the checker in a thread and in a
 child process), sampling the resident memory of the whole process tree with psutil every
-``--interval`` seconds. Reports, per mode, the RSS after warm-up (at 20% of the run), at the end,
-the peak, and the growth between the two as MiB per 1,000 steps; the check runs are clean, so
-they must report no violation.
+``--interval`` seconds next to the training step the run has printed. Reports, per mode, the RSS
+once a fifth of the steps have run, at the last sample, the peak, and the growth between the two
+as MiB per 1,000 steps; the check runs are clean, so they must report no violation.
 
     python scripts/bench_check_memory.py --steps 10000
 """
@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 import psutil
 
@@ -44,36 +45,50 @@ def tree_rss(proc: psutil.Process) -> int:
     return total
 
 
-def sample_run(cmd: list[str], env: dict[str, str], interval: float) -> tuple[list[tuple[float, int]], float, str]:
-    """Run ``cmd``; return (elapsed s, tree RSS) samples, the wall time, and its stdout."""
-    started = time.perf_counter()
-    popen = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    proc = psutil.Process(popen.pid)
-    samples: list[tuple[float, int]] = []
-    while popen.poll() is None:
-        try:
-            samples.append((time.perf_counter() - started, tree_rss(proc)))
-        except psutil.Error:
-            break
-        time.sleep(interval)
-    out, err = popen.communicate()
-    if popen.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{err[-2000:]}")
-    return samples, time.perf_counter() - started, out
+def last_step(out: IO[str]) -> int:
+    """The last ``step N`` line the run printed so far (-1: none yet)."""
+    out.seek(0)
+    lines = [line for line in out.read().splitlines() if line.startswith("step ")]
+    return int(lines[-1].split()[1]) if lines else -1
 
 
-def figures(samples: list[tuple[float, int]], wall: float, steps: int) -> dict[str, float]:
-    """RSS after warm-up (20% of the run) and at the end, the peak, and the growth between them
-    per 1,000 steps (time stands in for steps: the loop runs at a steady pace)."""
-    warm_t = 0.2 * wall
-    warm = next((rss for t, rss in samples if t >= warm_t), samples[-1][1])
-    end = samples[-1][1]
-    span_steps = steps * (samples[-1][0] - warm_t) / wall
+def sample_run(cmd: list[str], env: dict[str, str], interval: float) -> tuple[list[tuple[int, int]], float]:
+    """Run ``cmd``; return (training step reached, tree RSS) samples and the wall time."""
+    # Output goes to files, not pipes: a pipe nobody reads while sampling would fill and stop
+    # the run.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.perf_counter()
+        popen = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True)
+        proc = psutil.Process(popen.pid)
+        samples: list[tuple[int, int]] = []
+        while popen.poll() is None:
+            try:
+                rss = tree_rss(proc)
+            except psutil.Error:
+                break
+            samples.append((last_step(out), rss))
+            time.sleep(interval)
+        wall = time.perf_counter() - started
+        if popen.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"{' '.join(cmd)} failed:\n{err.read()[-2000:]}")
+        return samples, wall
+
+
+def figures(samples: list[tuple[int, int]], wall: float, warmup: int) -> dict[str, float]:
+    """RSS once ``warmup`` steps have run and near the end of the training, the peak, and the
+    growth between the two per 1,000 steps."""
+    trained = [(step, rss) for step, rss in samples if step >= warmup]
+    warm_step, warm = trained[0]
+    # The last sample taken before the final step was printed: the run is still training there
+    # (later ones may see the exit free memory, or the checker process end).
+    end_step, end = [(step, rss) for step, rss in trained if step < trained[-1][0]][-1]
     return {
-        "rss_after_warmup_mib": round(warm / MIB, 1),
+        "rss_at_warmup_mib": round(warm / MIB, 1),
         "rss_end_mib": round(end / MIB, 1),
         "rss_peak_mib": round(max(rss for _, rss in samples) / MIB, 1),
-        "growth_mib_per_1000_steps": round((end - warm) / MIB / max(span_steps, 1) * 1000, 3),
+        "growth_mib_per_1000_steps": round((end - warm) / MIB / max(end_step - warm_step, 1) * 1000, 3),
+        "steps_between": end_step - warm_step,
         "wall_s": round(wall, 2),
     }
 
@@ -93,7 +108,7 @@ def main() -> None:
                               str(tmp / "inv.json")], capture_output=True, text=True, env=agent_env())
         if inv.returncode != 0:
             raise SystemExit(inv.stderr)
-        cmd = [sys.executable, str(MLP), "--steps", str(args.steps), "--seed", "1"]
+        cmd = [sys.executable, str(MLP), "--steps", str(args.steps), "--seed", "1", "--print-every", "100"]
         modes = {
             "plain": agent_env(),
             "check_thread": agent_env(TRAINCHECK_MODE="check", TRAINCHECK_INV=str(tmp / "inv.json"),
@@ -103,8 +118,8 @@ def main() -> None:
         }
         report: dict[str, object] = {"steps": args.steps}
         for label, env in modes.items():
-            samples, wall, _ = sample_run(cmd, env, args.interval)
-            report[label] = figures(samples, wall, args.steps)
+            samples, wall = sample_run(cmd, env, args.interval)
+            report[label] = figures(samples, wall, args.steps // 5)
         report["violations"] = sum(len(p.read_text().splitlines()) for p in tmp.glob("*/violations-*.jsonl"))
     print(json.dumps(report, indent=2))
 

@@ -31,6 +31,7 @@ def main() -> None:
     parser.add_argument("--init", choices=["default", "normal"], default="default")
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per optimizer step")
     parser.add_argument("--clip", type=float, default=0.0, help="clip the grad norm to this before each step")
+    parser.add_argument("--print-every", type=int, default=0, help="print 'step N' every N steps")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
@@ -68,6 +69,8 @@ def main() -> None:
             nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         optimizer.step()
         losses.append(loss.item())
+        if args.print_every and step % args.print_every == 0:
+            print(f"step {step}", flush=True)
         if args.sleep_per_step:
             import time
 
