@@ -21,6 +21,8 @@ COMPILE = str(PIPELINES / "compile_train.py")
 STEPS = 4
 NOTICE_LINE = f"[traincheck] warning: {NOTICE}"
 TIMEOUT = 400  # inductor compiles C++ on the first call
+# The compiled module's call is recorded as the call of the model it compiles.
+MODEL_CALL = "__main__.Net.forward"
 
 
 def _result(proc) -> dict:
@@ -55,13 +57,13 @@ def test_the_compiled_region_is_said_once_and_left_unrecorded(collected):
     assert "[traincheck]" not in collected["plain"].stderr
     [trace] = read_traces(collected["out"])
     # The compiled module's call is recorded, once per forward (train steps + the eval pass) ...
-    compiled = trace.calls("torch._dynamo.OptimizedModule.forward")
+    compiled = trace.calls(MODEL_CALL)
     assert [c["step"] for c in compiled] == [*range(STEPS), STEPS]
     # ... and nothing that ran inside it: neither the model's modules nor the compiled graphs.
     inside = {c["id"] for c in compiled}
     assert [c["api"] for c in trace.calls() if c["parent"] in inside] == []
     forwards = {c["api"] for c in trace.calls() if c["api"].endswith(".forward")}
-    assert forwards == {"torch._dynamo.OptimizedModule.forward"}
+    assert forwards == {MODEL_CALL}
 
 
 def test_the_training_loop_around_the_compiled_model_is_recorded(collected):
@@ -84,7 +86,7 @@ def test_check_mode_on_a_compiled_run_with_compiled_invariants(collected, tmp_pa
     inv = tmp_path / "inv.json"
     write_invariants(invariants, inv, [str(f) for f in files])
     apis = {i.subject.get("api") for i in read_invariants(inv)}
-    assert "torch._dynamo.OptimizedModule.forward" in apis  # the compiled call is itself checked
+    assert MODEL_CALL in apis  # the compiled call is itself checked
     assert len(invariants) >= 10
 
     out = tmp_path / "check"
@@ -119,6 +121,30 @@ def test_a_graph_break_in_the_model_stays_a_graph_break(tmp_path):
     assert result["dynamo"]["unique_graphs"] == expected["dynamo"]["unique_graphs"]
     assert _agent_lines(collect.stderr) == [NOTICE_LINE]
     [trace] = read_traces(out)
-    compiled = {c["id"] for c in trace.calls("torch._dynamo.OptimizedModule.forward")}
+    compiled = {c["id"] for c in trace.calls(MODEL_CALL)}
     assert len(compiled) == 4
     assert [c["api"] for c in trace.calls() if c["parent"] in compiled] == []
+
+
+def test_invariants_learned_without_compiling_hold_for_the_compiled_run_and_back(collected, tmp_path):
+    """A reference collected without torch.compile checks a compiled run clean, and the compiled
+    reference checks an uncompiled run clean: the model's call has the same name either way, and
+    what the compiled run leaves unrecorded is never required by an invariant."""
+    eager_ref = tmp_path / "eager_ref"
+    [proc] = run_parallel(([COMPILE, "--steps", str(STEPS), "--seed", "2", "--no-compile"],
+                           agent_env("collect", eager_ref)), timeout=TIMEOUT)
+    _result(proc)
+    files = {}
+    for name, ref in (("eager", eager_ref), ("compiled", collected["out"])):
+        invariants, sources = infer_invariants([ref])
+        files[name] = tmp_path / f"{name}.json"
+        write_invariants(invariants, files[name], [str(f) for f in sources])
+    compiled_run, eager_run = run_parallel(
+        ([COMPILE, "--steps", str(STEPS), "--seed", "0"],
+         agent_env("check", tmp_path / "c", TRAINCHECK_INV=str(files["eager"]))),
+        ([COMPILE, "--steps", str(STEPS), "--seed", "0", "--no-compile"],
+         agent_env("check", tmp_path / "e", TRAINCHECK_INV=str(files["compiled"]))), timeout=TIMEOUT)
+    for proc, out in ((compiled_run, tmp_path / "c"), (eager_run, tmp_path / "e")):
+        _result(proc)
+        assert "no violations" in proc.stderr, proc.stderr
+        assert not (out / "violations-0.jsonl").exists()

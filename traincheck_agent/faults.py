@@ -41,6 +41,15 @@ problems: list[str] = []  # what was wrong with the variable's value, said once 
 _lock = threading.Lock()
 
 
+def _new_lock_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 class InjectedFault(RuntimeError):
     """The error a deliberately failing stage raises."""
 

@@ -16,6 +16,16 @@ _seen: set[str] = set()
 _seen_lock = threading.Lock()
 
 
+def _new_lock_in_child() -> None:
+    """A child forked while another thread held the lock must not wait for it forever."""
+    global _seen_lock
+    _seen_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
 def say(text: str) -> None:
     """Print one line to stderr; never raises."""
     try:

@@ -62,6 +62,10 @@ def main() -> None:
     shared = make_model(7)
     shared_opt = torch.optim.SGD(shared.parameters(), lr=0.01)
     shared_lock = threading.Lock()
+    # Seeded here, not in the threads: torch.manual_seed holds a lock of torch's for a while, and
+    # a worker forked while another thread holds it would wait for it forever (with or without
+    # the agent).
+    own = {k: make_model(10 + k) for k in range(0, args.threads, 2)}
 
     def worker(k: int) -> None:
         try:
@@ -70,7 +74,7 @@ def main() -> None:
             x, y = torch.randn(16, 8, generator=gen), torch.randint(0, 2, (16,), generator=gen)
             started.wait(timeout=60)
             if k % 2 == 0:  # its own model
-                model = make_model(10 + k)
+                model = own[k]
                 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
                 train_steps(model, opt, x, y, args.steps, skip_zero_grad=args.bug == "no-zero-grad")
             else:  # one model shared by the odd threads (a lock keeps each step whole)

@@ -154,10 +154,11 @@ def deactivate(reason: str | None) -> None:
 
 def reset_thread_state_after_fork() -> None:
     """The forking thread's call stack is meaningless in the child, and so is an action the
-    parent's checker asked for."""
+    parent's checker asked for; a lock another thread held at the fork is made anew."""
     thread_state.stack = []
     thread_state.busy = False
     rt = current
     if rt is not None:
         rt.action_pending = None
         rt._action_lock = threading.Lock()
+        rt._error_lock = threading.Lock()

@@ -47,7 +47,14 @@ def _rt() -> runtime.Runtime:
 
 # -- nn.Module ------------------------------------------------------------------------------
 def _module_api(instance: Any) -> str:
-    return f"{public_class_name(type(instance))}.forward"
+    cls = type(instance)
+    if is_compiled_module(instance):
+        # torch.compile's wrapper is recorded as the model it compiles, so that invariants learned
+        # with and without compilation name the same call.
+        inner = getattr(instance, "_orig_mod", None)
+        if isinstance(inner, torch.nn.Module):
+            cls = type(inner)
+    return f"{public_class_name(cls)}.forward"
 
 
 def _module_before(ctx: CallContext) -> None:
