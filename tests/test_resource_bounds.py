@@ -101,5 +101,28 @@ def test_unwritable_output_is_one_warning_and_the_training_runs_on(mode, plain, 
     assert len(warnings) == 1 and str(blocker) in warnings[0], proc.stderr
     assert blocker.read_text() == "a file where the output directory should be\n"
     if mode == "check":  # the violations still reach the user, on stderr
-        assert "[traincheck] VIOLATION" in proc.stderr or "[traincheck] violation" in proc.stderr.lower()
+        assert "[traincheck] violation at rank 0 step 1: " in proc.stderr
     assert not os.path.exists(blocker / "out")
+
+
+def test_a_full_disk_under_the_violation_log_is_one_warning(plain, tmp_path):
+    """violations-0.jsonl on a device that is always full (/dev/full: every write fails with
+    ENOSPC): one warning naming the file, the violations still on stderr, the training as it was."""
+    if not os.path.exists("/dev/full"):
+        pytest.fail("this test needs /dev/full (Linux)")
+    ref = tmp_path / "ref"
+    [proc] = run_parallel(([MLP, "--steps", "10"], agent_env("collect", ref)))
+    assert proc.returncode == 0, proc.stderr
+    invariants, files = infer_invariants([ref])
+    write_invariants(invariants, tmp_path / "inv.json", [str(f) for f in files])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "violations-0.jsonl").symlink_to("/dev/full")
+    [proc] = run_parallel(([MLP, *STEPS, "--bug", "no-zero-grad"],
+                           agent_env("check", out, TRAINCHECK_INV=str(tmp_path / "inv.json"))))
+    assert proc.returncode == 0, proc.stderr
+    assert _losses(proc.stdout) == plain["buggy"]
+    [warning] = _warnings(proc.stderr)
+    assert "cannot write violations to" in warning and "No space left on device" in warning
+    assert "they are shown on stderr only" in warning
+    assert "[traincheck] violation at rank 0 step 1: " in proc.stderr

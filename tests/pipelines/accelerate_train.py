@@ -11,6 +11,7 @@ gradients of the last step.
 import argparse
 import contextlib
 import json
+import sys
 
 import torch
 from accelerate import Accelerator
@@ -44,7 +45,9 @@ def main() -> None:
             if args.bug == "none":
                 opt.zero_grad()
         losses.append(loss.item())
-    print(json.dumps({"rank": accelerator.process_index, "losses": losses}))
+    # One write per line: the ranks share stdout, and print() writes the newline apart.
+    sys.stdout.write(json.dumps({"rank": accelerator.process_index, "losses": losses}) + "\n")
+    sys.stdout.flush()
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
 

@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import json
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -53,7 +54,9 @@ def main() -> None:
                 loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    print(json.dumps({"rank": rank, "pid": os.getpid(), "losses": losses}))
+    # One write per line: the ranks share stdout, and print() writes the newline apart.
+    sys.stdout.write(json.dumps({"rank": rank, "pid": os.getpid(), "losses": losses}) + "\n")
+    sys.stdout.flush()
     # Ranks leave together: a rank that tears its process group down while the other still
     # talks to it makes torch's gloo backend abort one of them at exit now and then.
     dist.barrier()

@@ -71,7 +71,9 @@ def main() -> None:
             with torch.no_grad():
                 engine.module[1].weight.add_(0.01)
         losses.append(loss.item())
-    print(json.dumps({"rank": rank, "losses": losses}))
+    # One write per line: the ranks share stdout, and print() writes the newline apart.
+    sys.stdout.write(json.dumps({"rank": rank, "losses": losses}) + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

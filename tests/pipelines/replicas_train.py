@@ -7,6 +7,7 @@ train on; ``--drift-at STEP`` makes the last rank nudge its weights at that step
 import argparse
 import json
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -38,7 +39,9 @@ def main() -> None:
             with torch.no_grad():
                 model[0].weight.add_(1e-3)
         losses.append(loss.item())
-    print(json.dumps({"rank": rank, "losses": losses}))
+    # One write per line: the ranks share stdout, and print() writes the newline apart.
+    sys.stdout.write(json.dumps({"rank": rank, "losses": losses}) + "\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 

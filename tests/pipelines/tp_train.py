@@ -21,6 +21,7 @@ Bugs:
 
 import argparse
 import json
+import sys
 
 import torch
 import torch.distributed as dist
@@ -84,7 +85,9 @@ def main() -> None:
             torch.nn.utils.clip_grad_norm_(norm.parameters(), 1e-3)
         optimizer.step()
         losses.append(loss.item())
-    print(json.dumps({"rank": rank, "losses": losses}))
+    # One write per line: the ranks share stdout, and print() writes the newline apart.
+    sys.stdout.write(json.dumps({"rank": rank, "losses": losses}) + "\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
 
 
