@@ -1,12 +1,14 @@
-"""DeepSpeed ZeRO on 2 CPU ranks (gloo, torchrun): collect, infer, check offline and online."""
+"""DeepSpeed ZeRO on 2 CPU ranks (gloo; torchrun, and DeepSpeed's own launcher): collect, infer,
+check offline and online."""
 
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, run_python
+from conftest import PIPELINES, agent_env, run_parallel, run_python
 
 from traincheck_agent.inference.engine import check_offline, infer_invariants
 from traincheck_agent.inference.invariant import write_invariants
@@ -94,3 +96,31 @@ def test_bf16_weights_with_fp32_master_copies(tmp_path):
                       "--bug", "weights-drift-on-one-rank")
     found = [v for v in check_offline(invariants, [drift]) if v["relation"] == "CrossRankConsistent"]
     assert [(v["step"], v["variable"], v["ranks"]) for v in found] == [(3, "model.1.weight", [0, 1])]
+
+
+def test_the_deepspeed_launcher_runs_the_same_checks(reference):
+    """``deepspeed --num_gpus 2 train.py`` (its runner and per-node launcher start the ranks and
+    pass --local_rank): both ranks share one run id, and the invariants learned under torchrun
+    check a clean run clean and catch the drifting rank at the same step."""
+    root, _, invariants, inv_file = reference
+    script = str(PIPELINES / "deepspeed_train.py")
+
+    def deepspeed(out: Path, *args: str) -> tuple[list[str], dict[str, str]]:
+        with socket.socket() as probe:  # a free port each: the two jobs run side by side
+            probe.bind(("127.0.0.1", 0))
+            port = str(probe.getsockname()[1])
+        cmd = ["-m", "deepspeed.launcher.runner", "--num_gpus", "2", "--master_port", port, script, "--stage", "2",
+               *args]
+        return cmd, agent_env("check", out, OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", TRAINCHECK_INV=str(inv_file),
+                              TRAINCHECK_CHECK_TRACE="1")
+
+    clean, drift = run_parallel(deepspeed(root / "ds_clean", "--seed", "6"),
+                                deepspeed(root / "ds_drift", "--seed", "3", "--bug", "weights-drift-on-one-rank"))
+    for proc in (clean, drift):
+        assert proc.returncode == 0, proc.stderr
+    headers = [TraceFile(path).header for path in find_trace_files([root / "ds_clean"])]
+    assert sorted(h["rank"] for h in headers) == [0, 1] and len({h["run_id"] for h in headers}) == 1
+    assert "check summary (rank 0): no violations" in clean.stderr
+    assert "check summary (rank 1): no violations" in clean.stderr
+    [record] = [json.loads(line) for line in (root / "ds_drift" / "violations-0.jsonl").read_text().splitlines()]
+    assert (record["step"], record["variable"], record["ranks"]) == (3, "model.1.weight", [0, 1])

@@ -42,6 +42,7 @@ def main() -> None:
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per optimizer step")
     parser.add_argument("--bf16", action="store_true", help="bf16 weights, fp32 master copies (DeepSpeed's BF16 mode)")
     parser.add_argument("--bug", choices=["none", "weights-drift-on-one-rank"], default="none")
+    parser.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher")
     args = parser.parse_args()
     _without_shared_memory_comm()
     deepspeed.init_distributed(dist_backend="gloo")
