@@ -163,6 +163,8 @@ def test_each_process_has_its_own_file(runs, mode, name):
     traces = _traces(run.out)
     pids = [records[0]["pid"] for records in traces.values()]
     assert len(pids) == len(set(pids)), pids
+    # Forked or spawned, the processes of one run share its run id.
+    assert len({records[0]["run_id"] for records in traces.values()}) == 1
     for path, records in traces.items():
         assert path.name.endswith(f"_pid{records[0]['pid']}.jsonl"), path
     result = run.result()

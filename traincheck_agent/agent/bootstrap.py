@@ -149,6 +149,8 @@ def start(mode: str) -> None:
     if role in (ProcessRole.TOOL, ProcessRole.COMPILE_WORKER):
         debug(f"not instrumenting this process ({role.name.lower()}: {reason})")
         return
+    # Processes this one starts (torch.multiprocessing spawn, subprocess) belong to the same run.
+    os.environ.setdefault("TRAINCHECK_RUN_ID", settings.run_id)
     files = (default_policy_files() if settings.use_default_policies else []) + list(settings.policy_files)
     policy, _problems = load_policies(files, report=lambda problem: warn(str(problem)))
 
