@@ -33,6 +33,17 @@ def plain() -> dict[str, list[float]]:
     return {"clean": _losses(clean.stdout), "buggy": _losses(buggy.stdout)}
 
 
+@pytest.fixture(scope="module")
+def inv(tmp_path_factory) -> str:
+    """Invariants of a clean 10-step reference, in a file."""
+    root = tmp_path_factory.mktemp("reference")
+    [proc] = run_parallel(([MLP, "--steps", "10"], agent_env("collect", root / "ref")))
+    assert proc.returncode == 0, proc.stderr
+    invariants, files = infer_invariants([root / "ref"])
+    write_invariants(invariants, root / "inv.json", [str(f) for f in files])
+    return str(root / "inv.json")
+
+
 def test_trace_size_limit_stops_writing_and_says_so_once(plain, tmp_path):
     out = tmp_path / "out"
     full = tmp_path / "full"
@@ -63,15 +74,10 @@ def test_trace_size_limit_stops_writing_and_says_so_once(plain, tmp_path):
     assert invariants
 
 
-def test_check_mode_checks_what_the_size_limit_keeps_out_of_the_file(plain, tmp_path):
-    ref = tmp_path / "ref"
-    [proc] = run_parallel(([MLP, "--steps", "10"], agent_env("collect", ref)))
-    assert proc.returncode == 0, proc.stderr
-    invariants, files = infer_invariants([ref])
-    write_invariants(invariants, tmp_path / "inv.json", [str(f) for f in files])
+def test_check_mode_checks_what_the_size_limit_keeps_out_of_the_file(plain, inv, tmp_path):
     out = tmp_path / "out"
     [proc] = run_parallel(([MLP, *STEPS, "--bug", "no-zero-grad"], agent_env(
-        "check", out, TRAINCHECK_INV=str(tmp_path / "inv.json"), TRAINCHECK_CHECK_TRACE="1",
+        "check", out, TRAINCHECK_INV=inv, TRAINCHECK_CHECK_TRACE="1",
         TRAINCHECK_MAX_TRACE_MB="0.005", TRAINCHECK_FLUSH_RECORDS="20")))
     assert proc.returncode == 0, proc.stderr
     assert _losses(proc.stdout) == plain["buggy"]
@@ -83,16 +89,10 @@ def test_check_mode_checks_what_the_size_limit_keeps_out_of_the_file(plain, tmp_
 
 
 @pytest.mark.parametrize("mode", ["collect", "check"])
-def test_unwritable_output_is_one_warning_and_the_training_runs_on(mode, plain, tmp_path):
+def test_unwritable_output_is_one_warning_and_the_training_runs_on(mode, plain, inv, tmp_path):
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("a file where the output directory should be\n")
-    env: dict[str, str] = {}
-    if mode == "check":
-        ref = tmp_path / "ref"
-        [proc] = run_parallel(([MLP, "--steps", "10"], agent_env("collect", ref)))
-        invariants, files = infer_invariants([ref])
-        write_invariants(invariants, tmp_path / "inv.json", [str(f) for f in files])
-        env = {"TRAINCHECK_INV": str(tmp_path / "inv.json")}
+    env = {"TRAINCHECK_INV": inv} if mode == "check" else {}
     args = [MLP, *STEPS, *(["--bug", "no-zero-grad"] if mode == "check" else [])]
     [proc] = run_parallel((args, agent_env(mode, blocker / "out", **env)))
     assert proc.returncode == 0, proc.stderr
@@ -105,21 +105,16 @@ def test_unwritable_output_is_one_warning_and_the_training_runs_on(mode, plain, 
     assert not os.path.exists(blocker / "out")
 
 
-def test_a_full_disk_under_the_violation_log_is_one_warning(plain, tmp_path):
+def test_a_full_disk_under_the_violation_log_is_one_warning(plain, inv, tmp_path):
     """violations-0.jsonl on a device that is always full (/dev/full: every write fails with
     ENOSPC): one warning naming the file, the violations still on stderr, the training as it was."""
     if not os.path.exists("/dev/full"):
         pytest.fail("this test needs /dev/full (Linux)")
-    ref = tmp_path / "ref"
-    [proc] = run_parallel(([MLP, "--steps", "10"], agent_env("collect", ref)))
-    assert proc.returncode == 0, proc.stderr
-    invariants, files = infer_invariants([ref])
-    write_invariants(invariants, tmp_path / "inv.json", [str(f) for f in files])
     out = tmp_path / "out"
     out.mkdir()
     (out / "violations-0.jsonl").symlink_to("/dev/full")
     [proc] = run_parallel(([MLP, *STEPS, "--bug", "no-zero-grad"],
-                           agent_env("check", out, TRAINCHECK_INV=str(tmp_path / "inv.json"))))
+                           agent_env("check", out, TRAINCHECK_INV=inv)))
     assert proc.returncode == 0, proc.stderr
     assert _losses(proc.stdout) == plain["buggy"]
     [warning] = _warnings(proc.stderr)
