@@ -10,14 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import traincheck_agent
 from traincheck_agent.inference.preconditions import Clause
+from traincheck_agent.input_files import read_limited
 
 FILE_FORMAT = "traincheck-invariants"
 FILE_VERSION = 1
@@ -124,21 +123,10 @@ def _require(raw: dict[str, Any], key: str, kind: type, path: Path, where: str) 
 
 
 def _read_limited(path: Path) -> bytes:
-    """The bytes of a regular file of at most MAX_FILE_BYTES; never more is read (a device
-    such as /dev/zero, or a FIFO, is refused before reading)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if stat.S_ISDIR(info.st_mode):
-            raise InvariantFileError(path, "", "cannot be read: Is a directory")
-        if not stat.S_ISREG(info.st_mode):
-            raise InvariantFileError(path, "", "not a regular file")
-        if info.st_size > MAX_FILE_BYTES:
-            raise InvariantFileError(path, "", f"file is {info.st_size} bytes, over the {MAX_FILE_BYTES} byte limit")
-        data = handle.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise InvariantFileError(path, "", f"file is over the {MAX_FILE_BYTES} byte limit")
-    return data
+    try:
+        return read_limited(path, MAX_FILE_BYTES)
+    except ValueError as exc:
+        raise InvariantFileError(path, "", str(exc)) from None
 
 
 class _BadValue(ValueError):

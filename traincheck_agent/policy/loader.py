@@ -10,15 +10,14 @@ into a huge value) and duplicate keys refused (which one was meant is unknowable
 from __future__ import annotations
 
 import hashlib
-import os
 import reprlib
-import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from traincheck_agent.input_files import read_limited
 from traincheck_agent.policy.model import (
     DESCRIBE_LEVELS,
     STATE_ITEMS,
@@ -112,22 +111,10 @@ def _str_list(value: Any, source: str, key: str, problems: list[PolicyError]) ->
 
 
 def _read_limited(path: Path) -> bytes:
-    """The bytes of a regular file of at most MAX_POLICY_BYTES. Never more is read, so a device
-    such as /dev/zero or a file growing while it is read costs no more than the limit, and a
-    FIFO is refused rather than waited on."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if stat.S_ISDIR(info.st_mode):
-            raise PolicyError(str(path), "", "cannot be read: Is a directory")
-        if not stat.S_ISREG(info.st_mode):
-            raise PolicyError(str(path), "", "not a regular file")
-        if info.st_size > MAX_POLICY_BYTES:
-            raise PolicyError(str(path), "", f"file is {info.st_size} bytes, over the {MAX_POLICY_BYTES} byte limit")
-        data = handle.read(MAX_POLICY_BYTES + 1)
-    if len(data) > MAX_POLICY_BYTES:
-        raise PolicyError(str(path), "", f"file is over the {MAX_POLICY_BYTES} byte limit")
-    return data
+    try:
+        return read_limited(path, MAX_POLICY_BYTES)
+    except ValueError as exc:
+        raise PolicyError(str(path), "", str(exc)) from None
 
 
 def _read_yaml(path: Path) -> tuple[Any, bytes]:
