@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from traincheck_agent.agent.trace_writer import TraceWriter
+from traincheck_agent.agent.trace_writer import STEP_BATCH_MIN, TraceWriter
 from traincheck_agent.trace.reader import EmptyTraceError, TraceFile, find_trace_files
 
 REPO = Path(__file__).resolve().parents[1]
@@ -171,6 +171,19 @@ def test_full_buffer_wakes_the_background_thread(tmp_path: Path) -> None:
     assert len(_wait_for_records(tmp_path, 10)) >= 10
     w.close()
     assert [r["id"] for r in _records(tmp_path)] == list(range(25))
+
+
+def test_step_end_wakes_the_background_thread_once_enough_records_wait(tmp_path: Path) -> None:
+    w = TraceWriter(tmp_path, lambda: _header(), flush_interval_s=60, flush_max_records=100_000)
+    w.emit({"kind": "call", "id": 0})
+    w.step_ended()  # one record waits: not worth a wake-up
+    time.sleep(0.3)
+    assert not list(tmp_path.glob("trace_*.jsonl"))
+    for i in range(1, STEP_BATCH_MIN):
+        w.emit({"kind": "call", "id": i})
+    w.step_ended()
+    assert [r["id"] for r in _wait_for_records(tmp_path, STEP_BATCH_MIN)] == list(range(STEP_BATCH_MIN))
+    w.close()
 
 
 def test_interval_flush_without_explicit_flush(tmp_path: Path) -> None:

@@ -214,7 +214,7 @@ def make_call_wrapper(
                     stage = "record"
                 rt.emit(fields)
             if not state.stack:
-                rt.clock.advance_if_pending()
+                rt.end_outermost_call()
                 if rt.sync_check:
                     rt.check_now()
         except Exception as exc:
@@ -236,7 +236,7 @@ def make_call_wrapper(
                 # Like every outermost call's end: the step may have advanced inside it.
                 state.busy = True
                 try:
-                    rt.clock.advance_if_pending()
+                    rt.end_outermost_call()
                 except Exception as exc:
                     rt.agent_error("record", exc)
                 finally:

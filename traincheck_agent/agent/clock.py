@@ -33,10 +33,13 @@ class TrainingClock:
         if id(optimizer) == self._clock_optimizer:
             self._advance_pending = True
 
-    def advance_if_pending(self) -> None:
+    def advance_if_pending(self) -> bool:
+        """Apply a finished step, if one is pending; True when the step advanced."""
         if self._advance_pending:
             self._advance_pending = False
             self.step += 1
+            return True
+        return False
 
     def phase(self, grad_enabled: bool) -> str:
         if self.step < 0:

@@ -77,6 +77,12 @@ class Runtime:
         self.probe.groups.poll(record.get("step", -1), discover=False)  # groups before the record
         self.writer.emit(record)
 
+    def end_outermost_call(self) -> None:
+        """At the end of every outermost recorded call: apply a finished step, after which the
+        writer hands the step's records on (``TraceWriter.step_ended``)."""
+        if self.clock.advance_if_pending():
+            self.writer.step_ended()
+
     def request_action(self, action: Callable[[], BaseException | None]) -> None:
         """Ask for ``action`` at the next safe point (called from the checker's thread)."""
         with self._action_lock:
