@@ -201,6 +201,7 @@ def start(mode: str) -> None:
         if check is not None:
             rt.selection = check.selection
             rt.sync_check = settings.action != "log"
+            rt.check_at_step_end = check.sink.checker_kind == "thread"
         runtime.activate(rt)
         _on_torch_imported(torch_module)
         _run_waiting()

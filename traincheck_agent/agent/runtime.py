@@ -70,6 +70,10 @@ class Runtime:
     # Check mode with raise / abort: run the checker at the end of every outermost call, and the
     # action a violation asked for, run at the next safe point (a wrapped call's entry).
     sync_check: bool = False
+    # Check mode with the checker in this process: the training thread feeds it each step's
+    # records at the step's end. Handing them to the writer's thread instead costs more: the two
+    # threads trade the interpreter lock, and the checker thread takes a core from torch's.
+    check_at_step_end: bool = False
     action_pending: Callable[[], BaseException | None] | None = None
     _action_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -79,9 +83,13 @@ class Runtime:
 
     def end_outermost_call(self) -> None:
         """At the end of every outermost recorded call: apply a finished step, after which the
-        writer hands the step's records on (``TraceWriter.step_ended``)."""
+        step's records are handed on: checked here, in the training thread, where the checker
+        runs in this process, else by the writer's thread (``TraceWriter.step_ended``)."""
         if self.clock.advance_if_pending():
-            self.writer.step_ended()
+            if self.check_at_step_end and threading.get_ident() == threading.main_thread().ident:
+                self.writer.flush(SYNC_CHECK_TIMEOUT_S)
+            else:
+                self.writer.step_ended()
 
     def request_action(self, action: Callable[[], BaseException | None]) -> None:
         """Ask for ``action`` at the next safe point (called from the checker's thread)."""

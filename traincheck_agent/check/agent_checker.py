@@ -1,8 +1,10 @@
 """Check mode inside the training process: load the invariants, choose what to observe, feed
 the online checker, log violations and act on them.
 
-The training thread only appends records to the trace writer's buffer; the writer's background
-thread hands them, header first and in order, to :class:`CheckSink`, which feeds the
+The training thread appends records to the trace writer's buffer and, with the checker in this
+process, drains it itself at the end of each training step; the writer's background thread hands
+on what is recorded between steps. Either way the records reach :class:`CheckSink` header first
+and in order; it feeds the
 :class:`~traincheck_agent.check.online.OnlineChecker` and writes each violation through a
 :class:`~traincheck_agent.check.violations.ViolationLog` (``violations-<rank>.jsonl`` + one
 ``[traincheck]`` line on stderr). At exit the writer closes the sink: the checker finishes, the
@@ -173,7 +175,8 @@ class CheckSink:
         self.out_dir = Path(out_dir)
         self.action = action
         # "process": judge in a child process (log only: raise / abort need the verdict in step
-        # with the training thread); "thread": in this process, on the writer's thread; "auto":
+        # with the training thread); "thread": in this process (the training thread checks each
+        # step's records at its end, the writer's thread what comes between steps); "auto":
         # a process where a core is left over for it.
         if checker == "auto":
             checker = "process" if spare_core() else "thread"
