@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import collect_mlp
@@ -54,3 +56,23 @@ def test_cross_rank_relations_are_left_to_the_exchange():
     inv = Invariant("CrossRankConsistent", {"event": "after:optimizer.step", "attribute": "data"}, ())
     checker = OnlineChecker([inv], lambda v: None)
     assert checker.skipped_relations == ["CrossRankConsistent"] and checker.relations == []
+
+
+def test_a_checker_imports_only_the_relations_its_invariants_use():
+    """Each entry of the relation table names the module that defines that relation, and a fresh
+    interpreter that builds a checker of StateTransition invariants imports no other relation."""
+    from traincheck_agent.inference import relations
+
+    assert [module.RELATION for module in relations.load()] == list(relations.MODULES)
+    script = (
+        "import sys\n"
+        "from traincheck_agent.check.online import OnlineChecker\n"
+        "from traincheck_agent.inference.invariant import Invariant\n"
+        "inv = Invariant(relation='StateTransition', subject={'event': 'backward', 'attribute': 'grad',"
+        " 'effect': 'changed'}, precondition=())\n"
+        "OnlineChecker([inv], print)\n"
+        "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('traincheck_agent.inference.relations.')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "['state_transition']"

@@ -27,7 +27,7 @@ from typing import Any
 from traincheck_agent import faults
 from traincheck_agent.check.rank_exchange import StoreExchange, decode, encode
 from traincheck_agent.check.rank_summary import Summary, disagree, summarize
-from traincheck_agent.inference.engine import RELATIONS
+from traincheck_agent.inference import relations
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.stream import Collector, TraceSource, route_by_kind
 from traincheck_agent.messages import debug, warn_once
@@ -186,9 +186,8 @@ class OnlineChecker:
         by_relation: dict[str, list[Invariant]] = defaultdict(list)
         for inv in invariants:
             by_relation[inv.relation].append(inv)
-        known = {r.RELATION for r in RELATIONS}
-        self.unknown_relations = sorted(set(by_relation) - known)
-        watched = [r for r in RELATIONS if r.RELATION in by_relation]
+        self.unknown_relations = sorted(set(by_relation) - set(relations.MODULES))
+        watched = relations.load(by_relation)
         self._watches = [_Watch(r, by_relation[r.RELATION]) for r in watched if not hasattr(r, "HALF")]
         self._rank_watches = [_Watch(r, by_relation[r.RELATION]) for r in watched if hasattr(r, "HALF")]
         self._cross_rank: _CrossRank | None = None

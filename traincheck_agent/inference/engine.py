@@ -13,26 +13,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from traincheck_agent.inference import relations
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.relations import (
-    api_sequence,
-    context_argument,
-    cross_rank,
-    cross_rank_values,
-    distinct_argument,
-    event_contain,
-    input_output,
-    output_dtype,
-    periodic_change,
-    state_transition,
-    threshold,
-)
 from traincheck_agent.inference.stream import check, collect_all
 from traincheck_agent.trace.reader import TraceFile, find_trace_files, reading_session
 
-RELATIONS = (state_transition, cross_rank, output_dtype, distinct_argument, context_argument, api_sequence,
-             threshold, periodic_change, event_contain, input_output,
-             cross_rank_values)
+RELATIONS = tuple(relations.load())
 
 
 # Called with (bytes read so far, bytes to read in all).
