@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
+
+from traincheck_agent.fork_safety import ForkSafeLock
 
 ENV = "TRAINCHECK_INJECT_FAULT"
 
@@ -38,16 +39,7 @@ ALWAYS = -1
 # stage -> entries left to fail (ALWAYS: every one). Empty unless the variable is set.
 armed: dict[str, int] = {}
 problems: list[str] = []  # what was wrong with the variable's value, said once by the bootstrap
-_lock = threading.Lock()
-
-
-def _new_lock_in_child() -> None:
-    global _lock
-    _lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_in_child)
+_lock = ForkSafeLock()
 
 
 class InjectedFault(RuntimeError):

@@ -8,22 +8,13 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
+
+from traincheck_agent.fork_safety import ForkSafeLock
 
 PREFIX = "[traincheck]"
 
 _seen: set[str] = set()
-_seen_lock = threading.Lock()
-
-
-def _new_lock_in_child() -> None:
-    """A child forked while another thread held the lock must not wait for it forever."""
-    global _seen_lock
-    _seen_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_in_child)
+_seen_lock = ForkSafeLock()
 
 
 def say(text: str) -> None:
