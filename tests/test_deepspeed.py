@@ -122,5 +122,7 @@ def test_the_deepspeed_launcher_runs_the_same_checks(reference):
     assert sorted(h["rank"] for h in headers) == [0, 1] and len({h["run_id"] for h in headers}) == 1
     assert "check summary (rank 0): no violations" in clean.stderr
     assert "check summary (rank 1): no violations" in clean.stderr
-    [record] = [json.loads(line) for line in (root / "ds_drift" / "violations-0.jsonl").read_text().splitlines()]
+    log = root / "ds_drift" / "violations-0.jsonl"
+    assert log.exists(), drift.stderr
+    [record] = [json.loads(line) for line in log.read_text().splitlines()]
     assert (record["step"], record["variable"], record["ranks"]) == (3, "model.1.weight", [0, 1])

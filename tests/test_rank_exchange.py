@@ -132,3 +132,32 @@ def test_ranks_on_two_nodes_share_the_rendezvous_run_id_and_are_compared(tmp_pat
     drift = [v for v in found if v["relation"] == "CrossRankConsistent"]
     assert min(v["step"] for v in drift) == 4  # the step after the nudge, on the other node
     assert "model.0.weight" in {v["variable"] for v in drift if v["step"] == 4}
+
+
+def test_a_published_summary_is_never_seen_before_its_details():
+    """The comparer fetches a rank's details as soon as that rank's summary disagrees with its
+    own. Had the summary landed first, a comparer reading between the two writes would judge the
+    step without that rank's halves and miss its fault (seen once under DeepSpeed's launcher)."""
+    import torch.distributed as dist
+
+    from traincheck_agent.check.rank_exchange import StoreExchange
+
+    store = dist.HashStore()
+    comparer = StoreExchange(store, 0, 2, "run", timeout_s=0.0)
+    seen: list[tuple[bool, bool]] = []
+
+    class Watched:
+        """The publishing rank's store: after each of its writes, the comparer looks."""
+
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def append(self, key, value):
+            store.append(key, value)
+            summaries = comparer.fetch_summaries(7, final=True)[0]
+            seen.append((1 in summaries, 1 in comparer.fetch_details(7)))
+
+    publisher = StoreExchange(Watched(), 1, 2, "run")
+    publisher.publish(7, {"s": {"CrossRankConsistent": "digest"}, "x": {}}, {"h": {"CrossRankConsistent": []}})
+    assert seen[-1] == (True, True)
+    assert all(details for summary, details in seen if summary), seen

@@ -133,11 +133,13 @@ class StoreExchange:
         return _lines(payload)
 
     def publish(self, step: int, summary: dict[str, Any], details: dict[str, Any] | None) -> None:
-        """This rank's summary (and, when it digests anything, the details) of ``step``."""
+        """This rank's summary (and, when it digests anything, the details) of ``step``. The
+        details go first: the comparer reads them as soon as it sees a summary that disagrees,
+        so a summary must never be visible before its details."""
         self.stats.steps += 1
-        self._append(self._key(step, "summary"), {"r": self.rank, **summary})
         if details:
             self._append(self._key(step, "details"), {"r": self.rank, **details})
+        self._append(self._key(step, "summary"), {"r": self.rank, **summary})
 
     def fetch_summaries(self, step: int, final: bool = False, gone: set[int] | frozenset[int] = frozenset()
                         ) -> tuple[dict[int, dict[str, Any]], list[int]] | None:
