@@ -1,9 +1,9 @@
 """Locks that a forked child gets anew.
 
 A child forked while another thread of the parent held a lock would wait for it forever: the
-thread that would release it does not exist in the child. The agent's own module-level locks
-(warnings said once, injected faults) are made with ``ForkSafeLock``, which every forked child
-replaces with a fresh, unheld lock.
+thread that would release it does not exist in the child. The agent's own locks (warnings said
+once, injected faults, the runtime's error budget and pending action) are ``ForkSafeLock``s,
+which every forked child replaces with fresh, unheld locks.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from traincheck_agent import faults
+from traincheck_agent.fork_safety import ForkSafeLock
 from traincheck_agent.messages import debug, warn, warn_once
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class Runtime:
     # Set in processes that may turn out to be DataLoader workers (fork or spawn children).
     worker_check_pending: bool = False
     errors: int = 0
-    _error_lock: threading.Lock = field(default_factory=threading.Lock)
+    _error_lock: ForkSafeLock = field(default_factory=ForkSafeLock)
     # Check mode: which calls are recorded (None in collect mode: what the policy says).
     selection: CallSelection | None = None
     # Check mode with raise / abort: run the checker at the end of every outermost call, and the
@@ -75,7 +76,7 @@ class Runtime:
     # threads trade the interpreter lock, and the checker thread takes a core from torch's.
     check_at_step_end: bool = False
     action_pending: Callable[[], BaseException | None] | None = None
-    _action_lock: threading.Lock = field(default_factory=threading.Lock)
+    _action_lock: ForkSafeLock = field(default_factory=ForkSafeLock)
 
     def emit(self, record: dict[str, Any]) -> None:
         self.probe.groups.poll(record.get("step", -1), discover=False)  # groups before the record
@@ -85,11 +86,8 @@ class Runtime:
         """At the end of every outermost recorded call: apply a finished step, after which the
         step's records are handed on: checked here, in the training thread, where the checker
         runs in this process, else by the writer's thread (``TraceWriter.step_ended``)."""
-        if self.clock.advance_if_pending():
-            if self.check_at_step_end and threading.get_ident() == threading.main_thread().ident:
-                self.writer.flush(SYNC_CHECK_TIMEOUT_S)
-            else:
-                self.writer.step_ended()
+        if self.clock.advance_if_pending() and not (self.check_at_step_end and self.check_now()):
+            self.writer.step_ended()
 
     def request_action(self, action: Callable[[], BaseException | None]) -> None:
         """Ask for ``action`` at the next safe point (called from the checker's thread)."""
@@ -106,10 +104,13 @@ class Runtime:
             action, self.action_pending = self.action_pending, None
         return action() if action is not None else None
 
-    def check_now(self) -> None:
-        """Feed everything recorded so far to the checker, in this thread."""
-        if threading.get_ident() == threading.main_thread().ident:
-            self.writer.flush(SYNC_CHECK_TIMEOUT_S)
+    def check_now(self) -> bool:
+        """Feed everything recorded so far to the checker, in this thread; only the main thread
+        does (False elsewhere)."""
+        if threading.get_ident() != threading.main_thread().ident:
+            return False
+        self.writer.flush(SYNC_CHECK_TIMEOUT_S)
+        return True
 
     def agent_error(self, stage: str, exc: BaseException, where: str | None = None, counted: bool = True) -> None:
         """Report an error raised by the agent's own logic in ``stage`` (an inner stage the
@@ -168,11 +169,9 @@ def deactivate(reason: str | None) -> None:
 
 def reset_thread_state_after_fork() -> None:
     """The forking thread's call stack is meaningless in the child, and so is an action the
-    parent's checker asked for; a lock another thread held at the fork is made anew."""
+    parent's checker asked for (the runtime's locks are renewed by ``ForkSafeLock``)."""
     thread_state.stack = []
     thread_state.busy = False
     rt = current
     if rt is not None:
         rt.action_pending = None
-        rt._action_lock = threading.Lock()
-        rt._error_lock = threading.Lock()
