@@ -15,6 +15,7 @@ import sys
 
 import torch
 from accelerate import Accelerator
+from rank_exit import leave_process_group
 from torch import nn
 
 
@@ -49,7 +50,9 @@ def main() -> None:
     sys.stdout.write(json.dumps({"rank": accelerator.process_index, "losses": losses}) + "\n")
     sys.stdout.flush()
     if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+        accelerator.free_memory()
+        del accelerator, net, opt, loader
+        leave_process_group()
 
 
 if __name__ == "__main__":

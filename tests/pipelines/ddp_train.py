@@ -12,6 +12,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from rank_exit import leave_process_group
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
@@ -57,10 +58,8 @@ def main() -> None:
     # One write per line: the ranks share stdout, and print() writes the newline apart.
     sys.stdout.write(json.dumps({"rank": rank, "pid": os.getpid(), "losses": losses}) + "\n")
     sys.stdout.flush()
-    # Ranks leave together: a rank that tears its process group down while the other still
-    # talks to it makes torch's gloo backend abort one of them at exit now and then.
-    dist.barrier()
-    dist.destroy_process_group()
+    del model, optimizer, loader
+    leave_process_group()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import deepspeed  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from rank_exit import leave_process_group  # noqa: E402
 from torch import nn  # noqa: E402
 
 
@@ -75,6 +76,8 @@ def main() -> None:
     # One write per line: the ranks share stdout, and print() writes the newline apart.
     sys.stdout.write(json.dumps({"rank": rank, "losses": losses}) + "\n")
     sys.stdout.flush()
+    del engine, model
+    leave_process_group()
 
 
 if __name__ == "__main__":
