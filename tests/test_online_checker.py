@@ -50,6 +50,23 @@ def test_online_verdicts_equal_the_offline_ones_and_come_early(tmp_path):
     assert _online(invariants, clean)[0] == [] == check_offline(invariants, [clean])
 
 
+def test_call_relations_see_only_their_apis_and_judge_as_offline(tmp_path):
+    """Relations whose examples are single calls of one API get only the records of the APIs
+    their invariants name (``api_filter``); the verdicts stay those of the offline check."""
+    from traincheck_agent.inference import relations
+
+    invariants, _ = infer_invariants([_collect(tmp_path, "ref", "--steps", "3", "--init", "normal"),
+                                      _collect(tmp_path, "ref2", "--steps", "3", "--init", "normal", "--seed", "4")])
+    filtered = ["ConsistentOutput", "ConsistentInputOutput", "DistinctArgument"]
+    assert all(getattr(m, "record_filter", None) is not None for m in relations.load(filtered))
+    assert {"ConsistentOutput", "DistinctArgument"} <= {i.relation for i in invariants}
+    run = _collect(tmp_path, "double-init", "--steps", "2", "--bug", "double-init")
+    offline = check_offline(invariants, [run])
+    online, _ = _online(invariants, run)
+    assert any(v["relation"] == "DistinctArgument" for v in online)
+    assert sorted(map(_key, online)) == sorted(map(_key, offline))
+
+
 def test_cross_rank_relations_are_left_to_the_exchange():
     from traincheck_agent.inference.invariant import Invariant
 
@@ -76,3 +93,27 @@ def test_a_checker_imports_only_the_relations_its_invariants_use():
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "['state_transition']"
+
+
+def test_a_single_process_checker_loads_no_cross_rank_machinery():
+    """Digests and the store exchange serve runs of several ranks: a one-rank run's checker, even
+    with cross-rank invariants loaded, never imports them (a two-rank one does)."""
+    def checker_modules(world_size: int) -> str:
+        script = (
+            "import sys\n"
+            "from traincheck_agent.check.online import OnlineChecker\n"
+            "from traincheck_agent.inference.invariant import Invariant\n"
+            "inv = Invariant('CrossRankConsistent', {'event': 'after:optimizer.step', 'attribute': 'data'}, ())\n"
+            "checker = OnlineChecker([inv], print, exchange=lambda run, restart: None)\n"
+            f"checker.feed({{'kind': 'header', 'run_id': 'r', 'rank': 0, 'world_size': {world_size}}})\n"
+            "checker.finish()\n"
+            "print(sorted(m for m in sys.modules if m.startswith('traincheck_agent.check.')))\n"
+        )
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip().splitlines()[-1]
+
+    single, pair = checker_modules(1), checker_modules(2)
+    for module in ("cross_rank_checks", "rank_summary", "rank_exchange"):
+        assert f"traincheck_agent.check.{module}" not in single, single
+        assert f"traincheck_agent.check.{module}" in pair, pair

@@ -8,7 +8,8 @@ from dataclasses import replace
 import orjson
 import torch.distributed as dist
 
-from traincheck_agent.check.online import _CrossRank, _Watch
+from traincheck_agent.check.cross_rank_checks import CrossRankChecks
+from traincheck_agent.check.online import Watch
 from traincheck_agent.check.rank_exchange import StoreExchange
 from traincheck_agent.check.rank_summary import disagree, summarize
 from traincheck_agent.inference.invariant import Invariant
@@ -36,8 +37,8 @@ def _halves(rank: int, norm: str = "n", shard: str | None = None, batch: str | N
     return halves
 
 
-WATCHES = {"CrossRankConsistent": _Watch(cross_rank, [EQUAL_DATA, EQUAL_IN_DP]),
-           "CrossRankValue": _Watch(cross_rank_values, [DISTINCT_BATCH])}
+WATCHES = {"CrossRankConsistent": Watch(cross_rank, [EQUAL_DATA, EQUAL_IN_DP]),
+           "CrossRankValue": Watch(cross_rank_values, [DISTINCT_BATCH])}
 
 
 def _digests(rank: int, **kw) -> dict[str, str]:
@@ -93,9 +94,9 @@ class _StoreWithoutAppend(dist.Store):
         return all(k in self.values for k in keys)
 
 
-def _cross_rank_of(store, rank: int) -> _CrossRank:
-    watches = [_Watch(cross_rank, [EQUAL_DATA, EQUAL_IN_DP])]
-    return _CrossRank(watches, lambda run, restart: StoreExchange(store, rank, 4, run, restart))
+def _cross_rank_of(store, rank: int) -> CrossRankChecks:
+    watches = [Watch(cross_rank, [EQUAL_DATA, EQUAL_IN_DP])]
+    return CrossRankChecks(watches, lambda run, restart: StoreExchange(store, rank, 4, run, restart))
 
 
 def test_a_rank_appends_its_summary_and_details_to_the_steps_two_keys():

@@ -26,7 +26,7 @@ Examples are built while the records stream by; only a collector's pending state
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -63,6 +63,14 @@ class Collector:
 
     def finish(self) -> Iterable[Any]:
         return ()
+
+
+def api_filter(invariants: Iterable[Any]) -> Callable[[dict[str, Any]], bool]:
+    """A ``record_filter`` for relations whose every example comes from one call record of
+    the API that its invariant names (``subject["api"]``), and whose collector keeps no state
+    across APIs: a record of another API can complete no watched example."""
+    apis = frozenset(inv.subject["api"] for inv in invariants)
+    return lambda record: record.get("api") in apis
 
 
 def route_by_kind(targets: Iterable[tuple[ModuleType, T]]) -> dict[str, list[T]]:

@@ -22,10 +22,12 @@ from traincheck_agent.inference.preconditions import (
     with_condition,
 )
 from traincheck_agent.inference.stream import Collector as StreamCollector
+from traincheck_agent.inference.stream import api_filter
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "ConsistentOutput"
 READS = (KIND_CALL,)  # the record kinds its collector reads
+record_filter = api_filter  # checking: each example is one call of the invariant's API
 MIN_PASSING = 5
 MIN_STEPS = 2
 
