@@ -4,9 +4,11 @@ First collects two clean reference runs of the example (other seeds) and infers 
 invariants, then runs the example plain, under ``TRAINCHECK_MODE=collect`` and under
 ``TRAINCHECK_MODE=check`` alternately (so machine noise hits all alike) and reports medians of
 process wall time, training-loop time and peak RSS of the training process
-(``run_measured`` of ``bench_collect_overhead.py``), then, in one more untimed run per mode,
+(``run_measured`` of ``bench_collect_overhead.py``) and the CPU time the training process used
+(steadier than wall time on a shared machine), then, in one more untimed run per mode,
 the peak memory of the process tree (the checker process included).
-Ratios are medians of per-repeat ratios against the plain run of the same repeat. Check variants:
+Ratios are medians of per-repeat ratios against the plain run of the same repeat; for wall time
+the quartiles of those ratios show the spread. Check variants:
 - ``check``: every invariant learned from the references, as a user gets it
   (TRAINCHECK_CHECKER=auto: a checker process where a core is free, else a thread);
 - ``check_process`` / ``check_thread``: the same, with the checker forced into a child process
@@ -106,21 +108,34 @@ def main() -> None:
     def median(label: str, key: str) -> float:
         return statistics.median(s[key] for s in samples[label])
 
+    def ratios(label: str, key: str) -> list[float]:
+        """Per-repeat ratios: each run against the plain run next to it, which cancels the slow
+        drifts of a shared machine that medians of each mode keep."""
+        return [s[key] / p[key] for s, p in zip(samples[label], samples["plain"], strict=True)]
+
     def paired_ratio(label: str, key: str) -> float:
-        """Median of the per-repeat ratios: each run against the plain run next to it, which
-        cancels the slow drifts of a shared machine that medians of each mode keep."""
-        return statistics.median(s[key] / p[key] for s, p in zip(samples[label], samples["plain"], strict=True))
+        return statistics.median(ratios(label, key))
+
+    def quartiles(label: str, key: str) -> list[float]:
+        """The middle half of the per-repeat ratios: how far one run's ratio strays."""
+        values = ratios(label, key)
+        if len(values) < 2:
+            return [round(values[0], 3)] * 2
+        q = statistics.quantiles(values, n=4)
+        return [round(q[0], 3), round(q[2], 3)]
 
     report: dict[str, object] = {"steps": args.steps, "repeats": args.repeats, "threads": args.threads or "default",
                                  "invariants": n_invariants,
                                  "violations_in_clean_check_runs": violations}
-    for key in ("wall_s", "train_s", "peak_rss_mb"):
+    for key in ("wall_s", "cpu_s", "train_s", "peak_rss_mb"):
         plain = median("plain", key)
-        figures: dict[str, float] = {"plain": round(plain, 4)}
+        figures: dict[str, object] = {"plain": round(plain, 4)}
         for label in modes:
             if label != "plain":
                 figures[label] = round(median(label, key), 4)
                 figures[f"{label}_ratio"] = round(paired_ratio(label, key), 3)
+                if key == "wall_s":
+                    figures[f"{label}_ratio_quartiles"] = quartiles(label, key)
         report[key] = figures
     # One untimed run per mode: the peak summed RSS of the training process and its children.
     report["tree_rss_mb"] = {label: round(mb, 1) for label, mb in tree.items()} | {

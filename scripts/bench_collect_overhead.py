@@ -53,7 +53,8 @@ def run_measured(mode: str | None, steps: int, out_dir: Path, extra_env: dict[st
         if proc.returncode != 0:
             raise SystemExit(f"example failed ({mode}): {err.read()}")
         result = json.loads(out.read().strip().splitlines()[-1])
-    figures = {"wall_s": wall, "train_s": result["train_seconds"], "peak_rss_mb": usage.ru_maxrss / 1024}
+    figures = {"wall_s": wall, "train_s": result["train_seconds"], "cpu_s": usage.ru_utime + usage.ru_stime,
+               "peak_rss_mb": usage.ru_maxrss / 1024}
     if tree is not None:
         figures["tree_rss_mb"] = max(tree.peak_mb, usage.ru_maxrss / 1024)
     return figures
