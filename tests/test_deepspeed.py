@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -39,9 +40,15 @@ def test_the_engine_step_is_the_training_step(reference):
         records = list(TraceFile(path).records())
         steps = [r for r in records if r["kind"] == "call" and r["api"] == "deepspeed.runtime.engine.DeepSpeedEngine.step"]
         assert [r["step"] for r in steps] == [0, 1, 2, 3, 4, 5]
-        # Snapshots are of the user's model by its own name, not of ZeRO's flat fp32 partition.
-        after = {r["var"] for r in records if r["kind"] == "state" and r["where"] == "after:optimizer.step"}
-        assert after == {f"model.{i}.{p}" for i in (0, 1, 3) for p in ("weight", "bias")}
+        # Snapshots are of the user's model by its own name, not of ZeRO's flat fp32 partition,
+        # with the hyper-parameters and settings of the ZeRO optimizer the engine steps.
+        after: dict[str, set[str]] = defaultdict(set)
+        for r in records:
+            if r["kind"] == "state" and r["where"] == "after:optimizer.step":
+                after[r["vtype"]].add(r["var"])
+        assert after == {"Parameter": {f"model.{i}.{p}" for i in (0, 1, 3) for p in ("weight", "bias")},
+                         "param_group": {"deepspeedzerooptimizer.param_groups.0"},
+                         "optimizer_settings": {"deepspeedzerooptimizer.settings"}}
 
 
 def test_replicas_are_equal_after_every_step_and_other_runs_check_clean(reference):
@@ -62,6 +69,21 @@ def test_a_rank_whose_weights_drift_is_caught_at_the_next_step(reference):
                        TRAINCHECK_INV=str(inv_file))
     [record] = [json.loads(line) for line in (online / "violations-0.jsonl").read_text().splitlines()]
     assert (record["step"], record["variable"], record["ranks"]) == (3, "model.1.weight", [0, 1])
+
+
+def test_a_rank_that_does_not_clip_its_partition_is_caught_at_the_first_step(reference):
+    """ZeRO clips each rank's gradient partition on that rank. A rank whose config has no
+    clipping updates its partition unclipped, and the all-gather still leaves every rank's
+    weights equal: only the optimizer's settings tell, clip_grad differs across the ranks."""
+    root, _, invariants, inv_file = reference
+    assert any(i.relation == "CrossRankConsistent" and i.subject["attribute"] == "clip_grad" for i in invariants)
+    online = _torchrun(root / "no-clip", "check", "--stage", "2", "--seed", "3", "--bug", "no-clipping-on-one-rank",
+                       TRAINCHECK_INV=str(inv_file))
+    records = [json.loads(line) for line in (online / "violations-0.jsonl").read_text().splitlines()]
+    assert {r["evidence"]["subject"]["attribute"] for r in records} == {"clip_grad"}
+    first = min(records, key=lambda r: r["step"])
+    assert (first["step"], first["ranks"], first["evidence"]["values"]) == (0, [0, 1], {"0": "1.0", "1": "0.0"})
+    assert "clip_grad 1.0 on rank 0, clip_grad 0.0 on rank 1" in first["message"]
 
 
 def test_gradient_accumulation_micro_steps_are_not_missing_updates(reference):

@@ -99,6 +99,19 @@ sampling: {every: 4}
     assert [policy.sampling.wants(s) for s in range(4, 10)] == [True, True, False, False, False, True]
 
 
+def test_attribute_lists_add_up_across_files(tmp_path):
+    """``param_attributes`` and ``optimizer_attributes`` of later files add to the earlier ones
+    (each name once, one name may stand alone); a value of another type is reported and the
+    rest still applies."""
+    first = _write(tmp_path, "a.yaml", "param_attributes: [shared]\noptimizer_attributes: [clip_grad]\n")
+    second = _write(tmp_path, "b.yaml", "optimizer_attributes: [clip_grad, overlap_comm]\n")
+    bad = _write(tmp_path, "c.yaml", "optimizer_attributes: 7\nparam_attributes: ds_id\n")
+    policy, problems = load_policies([first, second, bad])
+    assert policy.optimizer_attributes == ("clip_grad", "overlap_comm")
+    assert policy.param_attributes == ("shared", "ds_id")
+    assert [(p.key, str(p).startswith(f"policy {bad}: ")) for p in problems] == [("optimizer_attributes", True)]
+
+
 def test_user_policy_changes_what_a_run_records(tmp_path):
     extra = _write(tmp_path, "mine.yaml", """
 record_module_calls: false

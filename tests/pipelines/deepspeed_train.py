@@ -11,6 +11,9 @@ Bugs:
 - ``weights-drift-on-one-rank``: after the third step the last rank adds noise to its copy of
   the weights (as a rank that loaded another checkpoint, or wrote into its weights, would); its
   next forward and backward already use them.
+- ``no-clipping-on-one-rank``: the last rank reads a config without gradient clipping (as a
+  rank given another config file would). ZeRO clips each rank's partition on its own rank, so
+  that partition is updated unclipped, yet the all-gather leaves the weights equal everywhere.
 """
 
 import argparse
@@ -42,7 +45,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per optimizer step")
     parser.add_argument("--bf16", action="store_true", help="bf16 weights, fp32 master copies (DeepSpeed's BF16 mode)")
-    parser.add_argument("--bug", choices=["none", "weights-drift-on-one-rank"], default="none")
+    parser.add_argument("--bug", choices=["none", "weights-drift-on-one-rank", "no-clipping-on-one-rank"], default="none")
     parser.add_argument("--local_rank", type=int, default=-1, help="set by the deepspeed launcher")
     args = parser.parse_args()
     _without_shared_memory_comm()
@@ -53,7 +56,7 @@ def main() -> None:
     config = {
         "train_micro_batch_size_per_gpu": 8,
         "gradient_accumulation_steps": args.accumulate,
-        "gradient_clipping": 1.0,
+        "gradient_clipping": 0.0 if args.bug == "no-clipping-on-one-rank" and rank == world - 1 else 1.0,
         "zero_optimization": {"stage": args.stage},
         "optimizer": {"type": "Adam", "params": {"lr": 1e-2, "torch_adam": True}},
         "bf16": {"enabled": args.bf16},

@@ -4,7 +4,9 @@ Under ZeRO the torch optimizer that DeepSpeed steps holds only this rank's flat 
 and the model's parameters are written by an all-gather after it; the user's step is
 ``engine.step()``. So the engine's ``step`` is probed like an optimizer step: the snapshots
 around it are of the engine's module (every parameter, by the user's names, equal on every
-rank afterwards), the inner optimizer's step nests inside it and takes none of its own, and the
+rank afterwards) with the hyper-parameters and settings of the optimizer the engine steps
+(ZeRO's: a rank that clips its partition differently leaves the gathered weights equal, but not
+its settings), the inner optimizer's step nests inside it and takes none of its own, and the
 step clock advances when it returns. Micro-steps of gradient accumulation (``step`` called
 off the accumulation boundary, where DeepSpeed does not update) are not steps.
 """
@@ -34,16 +36,22 @@ def _at_boundary(engine: Any) -> bool:
         return True
 
 
+def _optimizer_of(engine: Any) -> Any:
+    """The optimizer the engine steps (ZeRO's, which holds the clipping and partitioning
+    settings), for its hyper-parameters and settings."""
+    return getattr(engine, "optimizer", None)
+
+
 def _engine_step_before(ctx: CallContext) -> None:
     _rt().registry.accumulators.add(ctx.instance)  # its micro-steps are marked in call records
     if enter_skippable(not _at_boundary(ctx.instance)):
         return  # a micro-step: DeepSpeed accumulates, nothing is updated
-    begin_training_step(ctx, module=ctx.instance.module)
+    begin_training_step(ctx, module=ctx.instance.module, hyperparams_of=_optimizer_of(ctx.instance))
 
 
 def _engine_step_after(ctx: CallContext) -> None:
     if not leave_skippable():
-        end_training_step(ctx, module=ctx.instance.module)
+        end_training_step(ctx, module=ctx.instance.module, hyperparams_of=_optimizer_of(ctx.instance))
 
 
 def install_engine_probes(module: Any) -> None:

@@ -74,17 +74,19 @@ class StateProbe:
         *,
         optimizer: torch.optim.Optimizer | None = None,
         module: torch.nn.Module | None = None,
+        hyperparams_of: Any = None,
     ) -> None:
-        """Record the state the policy names at ``when:event``. An error here is the agent's: it
-        is counted and reported (the call around it is still recorded) and never reaches the
-        training."""
+        """Record the state the policy names at ``when:event``. ``hyperparams_of`` is the
+        optimizer whose hyper-parameters and settings are recorded when the parameters are the
+        ``module``'s (a DeepSpeed engine's step). An error here is the agent's: it is counted and
+        reported (the call around it is still recorded) and never reaches the training."""
         try:
-            self._snapshot(when, event, call_id, optimizer, module)
+            self._snapshot(when, event, call_id, optimizer, module, hyperparams_of)
         except Exception as exc:
             runtime.report_agent_error("snapshot", exc)
 
     def _snapshot(self, when: str, event: str, call_id: int | None, optimizer: torch.optim.Optimizer | None,
-                  module: torch.nn.Module | None) -> None:
+                  module: torch.nn.Module | None, hyperparams_of: Any = None) -> None:
         rule = self.wants(when, event)
         if rule is None:
             return
@@ -105,8 +107,8 @@ class StateProbe:
         items = rule.items
         if "params.data" in items or "params.grad" in items:
             self._params(base, items, self._select_params(optimizer, module))
-        if optimizer is not None and "optimizer.hyperparams" in items:
-            self._hyperparams(base, optimizer)
+        if "optimizer.hyperparams" in items and (optimizer is not None or hyperparams_of is not None):
+            self._hyperparams(base, optimizer if optimizer is not None else hyperparams_of)
         if optimizer is not None and "optimizer.state" in items:
             self._optimizer_state(base, optimizer)
         if "module.mode" in items:
@@ -181,6 +183,12 @@ class StateProbe:
         for gi, group in enumerate(optimizer.param_groups):
             self.emit(dict(base, var=f"{opt_name}.param_groups.{gi}", vtype="param_group",
                            owner=opt_name, attrs=_scalar_hyperparams(group)))
+        # Settings the optimizer keeps outside its param groups (ZeRO's clip_grad, ...).
+        named = self.policy.optimizer_attributes
+        settings = _scalar_hyperparams({a: getattr(optimizer, a) for a in named if hasattr(optimizer, a)})
+        if settings:
+            self.emit(dict(base, var=f"{opt_name}.settings", vtype="optimizer_settings", owner=opt_name,
+                           attrs=settings))
 
     def _optimizer_state(self, base: dict[str, Any], optimizer: torch.optim.Optimizer) -> None:
         opt_name = self.registry.optimizer_name(optimizer)

@@ -52,7 +52,8 @@ _ITEMS_WITH_ATTRIBUTE = {
     "grad": ("params.grad",),
 }
 # Which state item records variables of a vtype (VarPeriodicChange); parameters are the rest.
-_ITEM_OF_VTYPE = {"param_group": "optimizer.hyperparams", "optimizer_state": "optimizer.state", "buffer": "buffers"}
+_ITEM_OF_VTYPE = {"param_group": "optimizer.hyperparams", "optimizer_settings": "optimizer.hyperparams",
+                  "optimizer_state": "optimizer.state", "buffer": "buffers"}
 
 
 def _stronger(a: str, b: str) -> str:
@@ -153,7 +154,10 @@ def _periodic(req: Requirements, inv: Invariant, policy: Policy) -> None:
 
 def _cross_rank_consistent(req: Requirements, inv: Invariant, policy: Policy) -> None:
     point, attribute = inv.subject["event"], inv.subject["attribute"]
-    req.need_state(point, _items_for(policy, point, attribute))
+    if attribute in _ITEMS_WITH_ATTRIBUTE:
+        req.need_state(point, _items_for(policy, point, attribute))
+    else:  # a scalar: a hyper-parameter of a param group or a setting of the optimizer
+        req.need_state(point, ["optimizer.hyperparams"])
 
 
 def _cross_rank_value(req: Requirements, inv: Invariant, policy: Policy) -> None:
@@ -297,6 +301,7 @@ def reduce_policy(policy: Policy, req: Requirements) -> tuple[Policy, list[str]]
         state=state,
         sampling=policy.sampling,
         param_attributes=policy.param_attributes,
+        optimizer_attributes=policy.optimizer_attributes,
         exclude_apis=policy.exclude_apis,
         record_module_calls=True,  # which module calls are recorded is the CallSelection's say
         sources=policy.sources,

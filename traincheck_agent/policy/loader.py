@@ -40,6 +40,7 @@ TOP_LEVEL_KEYS = {
     "state": "list of state rules",
     "sampling": "mapping: warmup_steps, every",
     "param_attributes": "list of parameter attribute names to record",
+    "optimizer_attributes": "list of optimizer attribute names to record with optimizer.hyperparams",
     "record_module_calls": "record nn.Module calls as API events (true/false)",
 }
 API_RULE_KEYS = {"id", "module", "include", "exclude", "args", "returns", "enabled"}
@@ -99,6 +100,10 @@ def _show(value: Any) -> str:
 
 def default_policy_files() -> list[Path]:
     return sorted(default_policy_dir().glob("*.yaml"))
+
+
+def _union(held: tuple[str, ...], extra: tuple[str, ...]) -> tuple[str, ...]:
+    return held + tuple(name for name in extra if name not in held)
 
 
 def _str_list(value: Any, source: str, key: str, problems: list[PolicyError]) -> tuple[str, ...]:
@@ -238,8 +243,11 @@ def apply_policy_document(policy: Policy, doc: Any, source: str) -> list[PolicyE
     if "exclude_apis" in doc:
         policy.exclude_apis += _str_list(doc["exclude_apis"], source, "exclude_apis", problems)
     if "param_attributes" in doc:
-        extra = _str_list(doc["param_attributes"], source, "param_attributes", problems)
-        policy.param_attributes += tuple(a for a in extra if a not in policy.param_attributes)
+        policy.param_attributes = _union(policy.param_attributes,
+                                         _str_list(doc["param_attributes"], source, "param_attributes", problems))
+    if "optimizer_attributes" in doc:
+        policy.optimizer_attributes = _union(
+            policy.optimizer_attributes, _str_list(doc["optimizer_attributes"], source, "optimizer_attributes", problems))
     if "record_module_calls" in doc:
         value = doc["record_module_calls"]
         if isinstance(value, bool):

@@ -29,6 +29,7 @@ STATE_ITEMS = (
     "params.grad",  # fingerprint of each parameter's grad (None recorded as such)
     "optimizer.state",  # fingerprints of optimizer state tensors (exp_avg, momentum, ...)
     "optimizer.hyperparams",  # scalar hyper-parameters of each param group (lr, momentum, ...)
+    # and the optimizer object's attributes that the policy names (``optimizer_attributes``)
     "module.mode",  # the training flag of every submodule
     "buffers",  # fingerprints of module buffers (BatchNorm running statistics, ...)
 )
@@ -101,6 +102,7 @@ class Policy:
     state: dict[str, StateRule] = field(default_factory=dict)
     sampling: Sampling = field(default_factory=Sampling)
     param_attributes: tuple[str, ...] = ()
+    optimizer_attributes: tuple[str, ...] = ()
     exclude_apis: tuple[str, ...] = ()
     record_module_calls: bool = True
     sources: tuple[str, ...] = ()

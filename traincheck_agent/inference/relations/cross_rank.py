@@ -8,6 +8,10 @@ equal across its data-parallel group only, and never compared with another shard
 names its family in ``subject.group`` (absent: the world); one that the world's invariant
 at the same point already implies (its precondition is no weaker) is not kept.
 
+Besides tensors (their ``data`` and ``grad`` hashes), the scalar attributes of an optimizer's
+param groups and settings are compared the same way, each attribute on its own (``lr``,
+``clip_grad``).
+
 Snapshots are matched by (run, point, variable, step, occurrence within the step), so the
 *same-named* variable is compared, never two different parameters that happen to share a
 shape. Each trace's collector yields its rank's halves; ``finalize`` joins them by key in one pass
@@ -50,6 +54,10 @@ READS = (KIND_STATE, KIND_GROUPS)  # the record kinds its collector reads
 # A backward inside DDP's no_sync keeps its grads local: when the references never had one, the
 # invariant is scoped to synchronised backwards and says nothing about the others.
 SCOPE_FEATURES = ("grad_sync",)
+# Records whose attributes are scalars, each compared as it is: the hyper-parameters of a param
+# group (a rank with another learning rate) and the optimizer's settings (ZeRO's clip_grad: a
+# rank that clips its own partition differently leaves the gathered weights equal).
+SCALAR_VTYPES = ("param_group", "optimizer_settings")
 MIN_PASSING = 5
 MIN_STEPS = 2
 
@@ -65,6 +73,7 @@ class RankExample(FeatureExample):
     features: tuple[tuple[str, Any], ...]
     group: str = WORLD  # the family of process groups compared within
     odd_ranks: tuple[int, ...] = ()  # when most ranks agree: the ranks that differ from them
+    values: tuple[tuple[int, str], ...] = ()  # a scalar attribute's value on each rank
 
 
 
@@ -82,6 +91,19 @@ class RankSnapshot:
     digest: str | None
     features: tuple[tuple[str, Any], ...]
     groups: Memberships = ()
+
+
+def _is_scalar(value: Any) -> bool:
+    return isinstance(value, (bool, int, float, str)) or (
+        isinstance(value, list) and all(isinstance(v, (int, float)) for v in value))
+
+
+SCALAR_PREFIX = "v:"
+
+
+def _scalar_digest(value: Any) -> str:
+    """A scalar's own value stands for its hash: equal values, equal digests."""
+    return f"{SCALAR_PREFIX}{value!r}"
 
 
 class Collector(StreamCollector):
@@ -110,6 +132,10 @@ class Collector(StreamCollector):
         ))
         shape = attrs.get("shape")
         party = (*features, ("shape", tuple(shape) if isinstance(shape, list) else None))
+        if record.get("vtype") in SCALAR_VTYPES:
+            return [RankSnapshot(self.source.run_id, *base, occurrence, attribute, self.rank, _scalar_digest(value),
+                                 party, self.groups)
+                    for attribute, value in sorted(attrs.items()) if _is_scalar(value)]
         return [RankSnapshot(self.source.run_id, *base, occurrence, attribute, self.rank, value.get("h"), party,
                              self.groups)
                 for attribute in TENSOR_ATTRS if isinstance(value := attrs.get(attribute), dict)]
@@ -161,9 +187,12 @@ def finalize(groups: dict[tuple[str, str], list[RankSnapshot]]) -> dict[tuple[st
                 continue
             ranks = tuple(sorted(by_rank))
             digests = {r: by_rank[r].digest for r in ranks}
+            equal = len(set(digests.values())) == 1
+            values = () if equal else tuple((r, d[len(SCALAR_PREFIX):]) for r, d in digests.items()
+                                            if d is not None and d.startswith(SCALAR_PREFIX))
             out[(where, attribute)].append(RankExample(
-                where, attribute, var, step, ranks, len(set(digests.values())) == 1,
-                _example_features([by_rank[r].features for r in ranks]), family, _odd_ranks(digests)))
+                where, attribute, var, step, ranks, equal,
+                _example_features([by_rank[r].features for r in ranks]), family, _odd_ranks(digests), values))
     return out
 
 
@@ -234,4 +263,7 @@ def violation(invariant: Invariant, ex: RankExample) -> dict[str, Any]:
         what = f"{ex.var} on rank(s) {list(ex.odd_ranks)} differs from ranks {agreeing}"
     else:
         what = f"{ex.var} differs across ranks {list(ex.ranks)}"
+    if ex.values:
+        found["values"] = {str(rank): value for rank, value in ex.values}
+        what += " (" + ", ".join(f"{ex.attribute} {value} on rank {rank}" for rank, value in ex.values) + ")"
     return found | {"message": f"{invariant.description}: {what} at step {ex.step} ({ex.where})"}
