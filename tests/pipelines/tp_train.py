@@ -25,6 +25,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from rank_exit import leave_process_group
 from torch import nn
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -88,7 +89,8 @@ def main() -> None:
     # One write per line: the ranks share stdout, and print() writes the newline apart.
     sys.stdout.write(json.dumps({"rank": rank, "losses": losses}) + "\n")
     sys.stdout.flush()
-    dist.destroy_process_group()
+    del model, optimizer, norm, shard
+    leave_process_group()
 
 
 if __name__ == "__main__":
