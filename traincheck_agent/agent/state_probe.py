@@ -25,6 +25,7 @@ from traincheck_agent.policy.model import Policy, StateRule
 from traincheck_agent.trace.schema import KIND_STATE
 
 Emit = Callable[[dict[str, Any]], None]
+_MISSING = object()
 
 
 def _optimizer_params(optimizer: torch.optim.Optimizer) -> list[tuple[int, int, torch.Tensor]]:
@@ -184,8 +185,8 @@ class StateProbe:
             self.emit(dict(base, var=f"{opt_name}.param_groups.{gi}", vtype="param_group",
                            owner=opt_name, attrs=_scalar_hyperparams(group)))
         # Settings the optimizer keeps outside its param groups (ZeRO's clip_grad, ...).
-        named = self.policy.optimizer_attributes
-        settings = _scalar_hyperparams({a: getattr(optimizer, a) for a in named if hasattr(optimizer, a)})
+        held = {name: getattr(optimizer, name, _MISSING) for name in self.policy.optimizer_attributes}
+        settings = _scalar_hyperparams({name: value for name, value in held.items() if value is not _MISSING})
         if settings:
             self.emit(dict(base, var=f"{opt_name}.settings", vtype="optimizer_settings", owner=opt_name,
                            attrs=settings))

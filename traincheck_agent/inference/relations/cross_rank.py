@@ -93,11 +93,6 @@ class RankSnapshot:
     groups: Memberships = ()
 
 
-def _is_scalar(value: Any) -> bool:
-    return isinstance(value, (bool, int, float, str)) or (
-        isinstance(value, list) and all(isinstance(v, (int, float)) for v in value))
-
-
 SCALAR_PREFIX = "v:"
 
 
@@ -135,7 +130,7 @@ class Collector(StreamCollector):
         if record.get("vtype") in SCALAR_VTYPES:
             return [RankSnapshot(self.source.run_id, *base, occurrence, attribute, self.rank, _scalar_digest(value),
                                  party, self.groups)
-                    for attribute, value in sorted(attrs.items()) if _is_scalar(value)]
+                    for attribute, value in sorted(attrs.items()) if value is not None]  # None: not read
         return [RankSnapshot(self.source.run_id, *base, occurrence, attribute, self.rank, value.get("h"), party,
                              self.groups)
                 for attribute in TENSOR_ATTRS if isinstance(value := attrs.get(attribute), dict)]
