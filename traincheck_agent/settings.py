@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from traincheck_agent.messages import warn
+from traincheck_agent.policy.parse_cache import default_cache_dir
 
 MODES = ("off", "collect", "check")
 ACTIVE_MODES = ("collect", "check")
@@ -44,6 +45,8 @@ ENV_VARS: dict[str, str] = {
     "TRAINCHECK_MAX_TRACE_MB": "Size limit of each process's trace file in MiB (default 4096; 0 = none). Past it "
                                "records are not written (check mode still checks them), one warning says so "
                                "and a note at the end of the file counts them.",
+    "TRAINCHECK_CACHE_DIR": "Where parsed policy files are kept between runs, by content hash (default "
+                            "$XDG_CACHE_HOME/traincheck-agent or ~/.cache/traincheck-agent; off = parse every time).",
     "TRAINCHECK_SKIP_PROGRAMS": "Extra ':'-separated program or module names the agent never activates in.",
     "TRAINCHECK_DEBUG": "1 = print the agent's debug lines.",
     "TRAINCHECK_INJECT_FAULT": "Testing the agent only: stages whose work fails on purpose, ','-separated, "
@@ -155,6 +158,8 @@ class Settings:
     # Where the online checker runs: a child process, a thread of this one, or "auto" (a child
     # process when a core is left over, see check.checker_process.spare_core).
     checker: str = "auto"
+    # Where parsed policy files are kept between processes (policy.parse_cache); None: nowhere.
+    cache_dir: Path | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, mode: str | None = None) -> Settings:
@@ -175,4 +180,5 @@ class Settings:
             action=_choice(env, "TRAINCHECK_ACTION", ACTIONS) if resolved_mode == "check" else "log",
             checker=_choice(env, "TRAINCHECK_CHECKER", CHECKERS) if resolved_mode == "check" else "thread",
             check_trace=_flag(env, "TRAINCHECK_CHECK_TRACE") if resolved_mode == "check" else False,
+            cache_dir=default_cache_dir(env),
         )

@@ -152,7 +152,7 @@ def start(mode: str) -> None:
     # Processes this one starts (torch.multiprocessing spawn, subprocess) belong to the same run.
     os.environ.setdefault("TRAINCHECK_RUN_ID", settings.run_id)
     files = (default_policy_files() if settings.use_default_policies else []) + list(settings.policy_files)
-    policy, _problems = load_policies(files, report=lambda problem: warn(str(problem)))
+    policy, _problems = load_policies(files, report=lambda problem: warn(str(problem)), cache_dir=settings.cache_dir)
 
     check = None
     if mode == "check":

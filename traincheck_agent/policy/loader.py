@@ -15,8 +15,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from traincheck_agent.input_files import read_limited
 from traincheck_agent.policy.model import (
     DESCRIBE_LEVELS,
@@ -27,6 +25,7 @@ from traincheck_agent.policy.model import (
     Sampling,
     StateRule,
 )
+from traincheck_agent.policy.parse_cache import parse_cached
 
 MAX_POLICY_BYTES = 1 << 20
 SUPPORTED_VERSION = 1
@@ -64,31 +63,6 @@ def default_policy_dir() -> Path:
     return installed if installed.is_dir() else package_dir.parent / "policies"
 
 
-class _PolicyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """libyaml's parser when PyYAML was built with it (several times faster at startup); the
-    safe constructor either way: policies are data, never Python objects. Each node is built
-    once: a second visit is an alias, refused. A mapping that lost entries had duplicate keys."""
-
-    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        if node in self.constructed_objects or node in self.recursive_objects:
-            raise yaml.constructor.ConstructorError(
-                None, None, "anchors and aliases (&name, *name) are not allowed in policy files",
-                node.start_mark)
-        return super().construct_object(node, deep=deep)
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        mapping = super().construct_mapping(node, deep=deep)
-        if len(mapping) < len(node.value):
-            seen: set[str] = set()
-            for key_node, _ in node.value:
-                key = str(getattr(key_node, "value", ""))
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r}", key_node.start_mark)
-                seen.add(key)
-        return mapping
-
-
 _SHOW = reprlib.Repr()
 _SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlist, _SHOW.maxdict = 2, 80, 80, 4, 4
 
@@ -122,17 +96,22 @@ def _read_limited(path: Path) -> bytes:
         raise PolicyError(str(path), "", str(exc)) from None
 
 
-def _read_yaml(path: Path) -> tuple[Any, bytes]:
-    """The parsed document and the raw bytes (for the policy digest)."""
+def _parse(data: bytes) -> Any:
+    from traincheck_agent.policy.yaml_parse import parse_policy_text  # PyYAML: only when parsing
+
+    return parse_policy_text(data.decode("utf-8"))
+
+
+def _read_yaml(path: Path, cache_dir: Path | None = None) -> tuple[Any, bytes]:
+    """The parsed document and the raw bytes (for the policy digest); parsed documents are
+    kept under ``cache_dir`` (``parse_cache``; None: parse every time)."""
     data = _read_limited(path)
     try:
-        return yaml.load(data.decode("utf-8"), Loader=_PolicyLoader), data
-    except yaml.YAMLError as exc:
-        raise PolicyError(str(path), "", f"not valid YAML: {exc}".replace("\n", " ")) from None
-    except UnicodeDecodeError as exc:
-        raise PolicyError(str(path), "", f"not UTF-8 text: {exc}") from None
-    except RecursionError:
-        raise PolicyError(str(path), "", "not valid YAML: nested too deeply") from None
+        return parse_cached(data, _parse, cache_dir), data
+    except ValueError as exc:  # UnicodeDecodeError is one too
+        if isinstance(exc, UnicodeDecodeError):
+            raise PolicyError(str(path), "", f"not UTF-8 text: {exc}") from None
+        raise PolicyError(str(path), "", str(exc)) from None
 
 
 def _is_mapping_with_known_keys(
@@ -267,9 +246,10 @@ def _apply_guarded(policy: Policy, doc: Any, source: str) -> list[PolicyError]:
 
 
 def load_policies(
-    files: Iterable[Path], report: Callable[[PolicyError], None] | None = None
+    files: Iterable[Path], report: Callable[[PolicyError], None] | None = None, cache_dir: Path | None = None
 ) -> tuple[Policy, list[PolicyError]]:
-    """Merge ``files`` in order. Every problem goes to ``report`` (if given) and is returned."""
+    """Merge ``files`` in order. Every problem goes to ``report`` (if given) and is returned.
+    ``cache_dir``: where parsed documents are kept between processes (``parse_cache``)."""
     policy = Policy()
     problems: list[PolicyError] = []
     digest = hashlib.sha256()
@@ -278,7 +258,7 @@ def load_policies(
         path = Path(path)
         source = str(path)
         try:
-            doc, data = _read_yaml(path)
+            doc, data = _read_yaml(path, cache_dir)
         except PolicyError as exc:
             found = [exc]
         except OSError as exc:
