@@ -141,3 +141,15 @@ def test_broken_policy_file_does_not_stop_training(tmp_path):
     assert proc.returncode == 0
     assert proc.stderr.count("[traincheck]") == 1 and f"policy {broken}: not valid YAML" in proc.stderr
     assert read_traces(out)[0].calls("torch.optim.Adam.step")
+
+
+def test_rule_names_match_as_shell_globs():
+    from traincheck_agent.policy.model import glob_matcher
+
+    mixed = glob_matcher(("Adam.step", "*.zero_grad", "Linear.forward", "conv[12]d"))
+    assert [mixed(n) for n in ("Adam.step", "SGD.zero_grad", "Linear.forward", "conv2d", "conv3d")] == [
+        True, True, True, True, False]
+    assert not mixed("Adam.step_") and not mixed("xAdam.step") and not mixed("Linear")
+    plain = glob_matcher(("dropout", "Tensor.normal_"))
+    assert plain("dropout") and plain("Tensor.normal_") and not plain("dropout2d") and not plain("Tensor")
+    assert not glob_matcher(())("anything")
