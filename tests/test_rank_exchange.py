@@ -134,30 +134,41 @@ def test_ranks_on_two_nodes_share_the_rendezvous_run_id_and_are_compared(tmp_pat
     assert "model.0.weight" in {v["variable"] for v in drift if v["step"] == 4}
 
 
-def test_a_published_summary_is_never_seen_before_its_details():
-    """The comparer fetches a rank's details as soon as that rank's summary disagrees with its
-    own. Had the summary landed first, a comparer reading between the two writes would judge the
-    step without that rank's halves and miss its fault (seen once under DeepSpeed's launcher)."""
+def test_details_are_sent_only_when_the_comparer_asks_and_at_exit_for_open_steps():
+    """Through a real store: a summary goes out every step, a rank's halves only when the
+    comparer asks for that step (seen at the rank's next step) or, at exit, for the steps the
+    comparer has not judged yet."""
     import torch.distributed as dist
 
     from traincheck_agent.check.rank_exchange import StoreExchange
 
     store = dist.HashStore()
-    comparer = StoreExchange(store, 0, 2, "run", timeout_s=0.0)
-    seen: list[tuple[bool, bool]] = []
+    comparer = StoreExchange(store, 0, 2, "run", timeout_s=60.0)
+    rank1 = StoreExchange(store, 1, 2, "run")
+    held = {step: {"h": {"CrossRankConsistent": [[step]]}} for step in (3, 4, 5)}
+    for step in (3, 4):
+        rank1.publish(step, {"s": {"world": f"digest{step}"}, "x": {}})
+    assert rank1.requested_steps() == []
+    assert rank1.stats.bytes_sent < 100 and not store.check(["traincheck/run/0/3/details"])
+    summaries, missing = comparer.fetch_summaries(3)
+    assert list(summaries) == [1] and missing == []
+    comparer.request_details(3)
+    assert comparer.fetch_details(3, [1]) is None  # asked, not sent yet: waiting, not missing
+    assert rank1.requested_steps() == [3] and rank1.requested_steps() == []  # each request read once
+    rank1.publish_details(3, held.pop(3))
+    details, missing = comparer.fetch_details(3, [1])
+    assert details[1]["h"] == {"CrossRankConsistent": [[3]]} and missing == []
+    comparer.forget(3)
+    assert not rank1.still_open(3) and rank1.still_open(4) and not rank1.still_open(5)
+    comparer.close()
+    assert not store.check(["traincheck/run/0/requests"]) and not store.check(["traincheck/run/0/request/0"])
 
-    class Watched:
-        """The publishing rank's store: after each of its writes, the comparer looks."""
 
-        def __getattr__(self, name):
-            return getattr(store, name)
+def test_a_rank_that_does_not_send_asked_details_is_reported_after_the_timeout():
+    import torch.distributed as dist
 
-        def append(self, key, value):
-            store.append(key, value)
-            summaries = comparer.fetch_summaries(7, final=True)[0]
-            seen.append((1 in summaries, 1 in comparer.fetch_details(7)))
+    from traincheck_agent.check.rank_exchange import StoreExchange
 
-    publisher = StoreExchange(Watched(), 1, 2, "run")
-    publisher.publish(7, {"s": {"CrossRankConsistent": "digest"}, "x": {}}, {"h": {"CrossRankConsistent": []}})
-    assert seen[-1] == (True, True)
-    assert all(details for summary, details in seen if summary), seen
+    comparer = StoreExchange(dist.HashStore(), 0, 3, "run", timeout_s=0.0)
+    comparer.request_details(2)
+    assert comparer.fetch_details(2, [1, 2]) == ({}, [1, 2])

@@ -99,7 +99,7 @@ def _cross_rank_of(store, rank: int) -> CrossRankChecks:
     return CrossRankChecks(watches, lambda run, restart: StoreExchange(store, rank, 4, run, restart))
 
 
-def test_a_rank_appends_its_summary_and_details_to_the_steps_two_keys():
+def test_a_rank_appends_its_summary_and_sends_its_halves_when_asked():
     store = dist.HashStore()
     crossing = _cross_rank_of(store, 1)
     crossing.run_id = "run"
@@ -108,8 +108,12 @@ def test_a_rank_appends_its_summary_and_details_to_the_steps_two_keys():
     crossing.steps_complete(before=4, report=lambda v: None)
     summary = orjson.loads(store.get("traincheck/run/0/3/summary"))
     assert summary["r"] == 1 and set(summary["s"]) == {"world", f"{DP}@1,3"}
+    assert not store.check(["traincheck/run/0/3/details"]) and list(crossing.held) == [3]
+    StoreExchange(store, 0, 4, "run").request_details(3)
+    crossing.steps_complete(before=5, report=lambda v: None)  # the rank's next step: it reads the request
     details = orjson.loads(store.get("traincheck/run/0/3/details"))
     assert [h[2] for h in details["h"]["CrossRankConsistent"]] == ["norm.weight", "shard.weight"]
+    assert crossing.held == {}
 
 
 def test_a_store_that_fails_switches_cross_rank_checks_off_with_one_warning(capsys):

@@ -1,7 +1,9 @@
 """The cross-rank half of the online checker: this rank's halves of the cross-rank examples,
 summarised (``rank_summary``) and published per step through the torch.distributed store
-(``rank_exchange``); the comparing rank joins them with the other ranks' and judges them one
-step later. Loaded only by runs of more than one rank.
+(``rank_exchange``); the comparing rank compares the summaries one step later, and where they
+disagree asks every rank for its halves of that step, joins them with its own and judges them.
+The other ranks keep their halves of the last ``MAX_HELD_STEPS`` steps for such a request, and
+at exit send those of the steps not judged yet. Loaded only by runs of more than one rank.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ if TYPE_CHECKING:
 ExchangeFactory = Callable[[str, int], "StoreExchange | None"]
 # Halves kept for steps that could not be published yet (no process group yet): the newest ones.
 MAX_UNPUBLISHED_STEPS = 64
+# Published steps whose halves a rank keeps until the comparer asks for them or moves past them:
+# in step with the others, it asks within a step or two.
+MAX_HELD_STEPS = 64
 FINAL_GRACE_S = 10.0  # how long the comparer waits at exit for the other ranks' last steps
 
 
@@ -38,6 +43,10 @@ class CrossRankChecks:
         self.exchange: StoreExchange | None = None
         self.halves: dict[int, dict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
         self.to_compare: dict[int, tuple[dict[str, list[Any]], Summary]] = {}
+        # The comparer's steps whose details it asked for: its own halves, the other ranks'
+        # halves sent in full, and the ranks asked.
+        self.awaiting: dict[int, tuple[dict[str, list[Any]], list[dict[str, list[Any]]], list[int]]] = {}
+        self.held: dict[int, dict[str, Any]] = {}  # another rank's digested halves, by step
         self.run_id, self.restart = "", 0
         self.gone: set[int] = set()
         self.broken = False  # the store failed: cross-rank invariants are off for the rest of the run
@@ -62,6 +71,8 @@ class CrossRankChecks:
             self.broken = True
             self.halves.clear()
             self.to_compare.clear()
+            self.awaiting.clear()
+            self.held.clear()
             warn_once("cross-rank-exchange", f"the cross-rank exchange failed ({type(exc).__name__}: {exc}); "
                                              f"cross-rank invariants are not checked for the rest of the run")
 
@@ -80,14 +91,52 @@ class CrossRankChecks:
             if self.exchange.comparer:
                 self.to_compare[step] = (own, summary)
             else:
-                self.exchange.publish(step, {"s": summary.digests, "x": encode(summary.direct)},
-                                      {"h": encode(summary.digested)} if summary.digests else None)
-        self.compare(report, final=False)
+                self.exchange.publish(step, {"s": summary.digests, "x": encode(summary.direct)})
+                if summary.digests:
+                    self.held[step] = {"h": encode(summary.digested)}
+                    for old in sorted(self.held)[:-MAX_HELD_STEPS]:
+                        del self.held[old]
+        if self.exchange.comparer:
+            self.compare(report, final=False)
+        else:
+            self._send_requested()
+
+    def _send_requested(self) -> None:
+        exchange = self.exchange
+        for step in exchange.requested_steps():
+            details = self.held.pop(step, None)
+            if details is not None:
+                exchange.publish_details(step, details)
+
+    def _send_open(self) -> None:
+        """At exit (not the comparer): what was asked for, then the halves of every held step
+        the comparer has not judged yet, since it may ask for them after this rank is gone."""
+        self._send_requested()
+        exchange = self.exchange
+        for step in sorted(self.held):
+            if exchange.still_open(step):
+                exchange.publish_details(step, self.held[step])
+        self.held.clear()
 
     def compare(self, report: Report, final: bool) -> None:
         exchange = self.exchange
         if exchange is None or not exchange.comparer:
             return
+        for step in sorted(self.awaiting):
+            own, others, ranks = self.awaiting[step]
+            fetched = exchange.fetch_details(step, ranks, final=final)
+            if fetched is None:
+                continue  # asked one step ago: the ranks send it as their next step ends
+            del self.awaiting[step]
+            details, missing = fetched
+            if missing:
+                report({"invariant": "", "relation": "CrossRankExchange", "step": step, "ranks": missing,
+                        "message": f"rank(s) {missing} did not send their halves of step {step} within "
+                                   f"{exchange.timeout_s:g} s of the request (their summaries disagreed): "
+                                   f"that step is judged without them"})
+            others += [decode(entry.get("h") or {}, self.factories) for entry in details.values()]
+            exchange.forget(step)
+            self._judge(own, others, report)
         for step in sorted(self.to_compare):
             fetched = exchange.fetch_summaries(step, final=final, gone=self.gone)
             if fetched is None:
@@ -102,21 +151,28 @@ class CrossRankChecks:
                                    f"against them (stopped, hung or slower than the timeout)"})
             others = [decode(entry.get("x") or {}, self.factories) for entry in entries.values()]
             if disagree(summary.digests, {r: e.get("s") or {} for r, e in entries.items()}, exchange.rank):
-                details = exchange.fetch_details(step)
-                others += [decode(entry.get("h") or {}, self.factories) for r, entry in details.items() if r in entries]
-                judged = own
-            else:
-                judged = summary.direct  # every digested example agrees: nothing there can be violated
+                asked = sorted(r for r, e in entries.items() if e.get("s"))
+                exchange.request_details(step)
+                self.awaiting[step] = (own, others, asked)
+                continue
             exchange.forget(step)
-            self._judge(judged, others, report)
+            self._judge(summary.direct, others, report)  # digested examples all agree: none violated
 
     def _finish(self, report: Report) -> None:
-        deadline = time.monotonic() + min(FINAL_GRACE_S, self.exchange.timeout_s if self.exchange else 0.0)
-        while self.to_compare and time.monotonic() < deadline:
+        exchange = self.exchange
+        if exchange is not None and not exchange.comparer:
+            self._send_open()
+            return
+        deadline = time.monotonic() + min(FINAL_GRACE_S, exchange.timeout_s if exchange else 0.0)
+        while (self.to_compare or self.awaiting) and time.monotonic() < deadline:
             self.compare(report, final=False)
-            if self.to_compare:
+            if self.to_compare or self.awaiting:
                 time.sleep(0.05)
         self.compare(report, final=True)
+        if self.awaiting:  # asked during the final pass: give the ranks their last chance
+            self.compare(report, final=True)
+        if exchange is not None:
+            exchange.close()
 
     def _judge(self, own: dict[str, list[Any]], others: list[dict[str, list[Any]]], report: Report) -> None:
         for name, watch in self.watches.items():

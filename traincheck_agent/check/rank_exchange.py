@@ -1,6 +1,6 @@
 """Cross-rank checks online: each rank publishes, per step, a compact summary of its halves of
 the cross-rank examples through the key-value store that ``torch.distributed`` already runs; the
-comparing rank (rank 0) joins them with its own and fetches the full halves only where the
+comparing rank (rank 0) joins them with its own, and asks for the full halves only where the
 summaries disagree.
 
 Never a collective and never a blocking wait on the training thread: this runs on the
@@ -9,13 +9,19 @@ before every ``get``. A rank that has not published a step ``timeout_s`` after t
 first looked for it is reported as missing, once, and never waited for again.
 
 Keys, per step: ``traincheck/<run id>/<restart>/<step>/summary`` and ``.../details``. Every rank
-but the comparer *appends* one line to each (``Store.append``), so a step has two keys whatever
-the world size, and the comparer deletes both once the step is judged. A summary line holds the
-rank, one digest per scope (the world, and each process group it shares with others) over the
-halves that agreeing ranks cannot violate (``agreement_suffices``), and in full the few halves
-that agreement does not settle (values that must *differ* across ranks, e.g. data-parallel
-batches). The details line holds the digested halves in full; it is read only when digests
-disagree. ``docs/check_mode.md`` works out the cost as the world grows.
+but the comparer *appends* one line to the summary key (``Store.append``), so a step has one key
+whatever the world size, and the comparer deletes the step's keys once it is judged. A summary
+line holds the rank, one digest per scope (the world, and each process group it shares with
+others) over the halves that agreeing ranks cannot violate (``agreement_suffices``), and in full
+the few halves that agreement does not settle (values that must *differ* across ranks, e.g.
+data-parallel batches).
+
+The digested halves themselves stay on their rank (the last ``MAX_HELD_STEPS`` steps) until the
+comparer asks for them: it writes the step into one of ``REQUEST_SLOTS`` request keys and counts
+it in ``.../requests``, which every rank reads with one ``add(key, 0)`` per step; a rank that
+holds an asked step appends its halves to the step's details key. So the steady state sends only
+summaries, and a disagreement costs one more step before it is judged. ``docs/checking.md`` works
+out the cost as the world grows.
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ from traincheck_agent.messages import warn_once
 PREFIX = "traincheck"
 COMPARER = 0
 DEFAULT_TIMEOUT_S = 60.0
+# Requests for details cycle through this many keys; a rank more requests behind than this (it
+# stalled while the comparer asked for many steps) misses the oldest, reported as missing details.
+REQUEST_SLOTS = 64
 
 
 def _freeze(value: Any) -> Any:
@@ -93,7 +102,10 @@ class StoreExchange:
         self.prefix = f"{PREFIX}/{run_id}/{restart}"
         self.timeout_s = timeout_s
         self.stats = ExchangeStats()
-        self._first_look: dict[int, float] = {}  # step -> when the comparer first looked for it
+        # (step, part) -> when the comparer first looked for it
+        self._first_look: dict[tuple[int, str], float] = {}
+        self._requests_made = 0  # the comparer's requests for details
+        self._requests_seen = 0  # the requests this rank has read
 
     @classmethod
     def from_default_group(cls, run_id: str, restart: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S
@@ -132,14 +144,42 @@ class StoreExchange:
         self.stats.bytes_read += len(payload)
         return _lines(payload)
 
-    def publish(self, step: int, summary: dict[str, Any], details: dict[str, Any] | None) -> None:
-        """This rank's summary (and, when it digests anything, the details) of ``step``. The
-        details go first: the comparer reads them as soon as it sees a summary that disagrees,
-        so a summary must never be visible before its details."""
+    def publish(self, step: int, summary: dict[str, Any]) -> None:
+        """This rank's summary of ``step``."""
         self.stats.steps += 1
-        if details:
-            self._append(self._key(step, "details"), {"r": self.rank, **details})
         self._append(self._key(step, "summary"), {"r": self.rank, **summary})
+
+    def publish_details(self, step: int, details: dict[str, Any]) -> None:
+        """This rank's digested halves of ``step``, which the comparer asked for."""
+        self._append(self._key(step, "details"), {"r": self.rank, **details})
+
+    def request_details(self, step: int) -> None:
+        """Ask every rank for its halves of ``step`` (the comparer, when digests disagree). The
+        slot is written before the count that makes it visible."""
+        slot = self._requests_made % REQUEST_SLOTS
+        self.store.set(f"{self.prefix}/request/{slot}", str(step))
+        self.store.add(f"{self.prefix}/requests", 1)
+        self._requests_made += 1
+        self.stats.round_trips += 2
+
+    def requested_steps(self) -> list[int]:
+        """The steps the comparer asked for since the last call (one round trip when none)."""
+        count = self.store.add(f"{self.prefix}/requests", 0)
+        self.stats.round_trips += 1
+        asked = []
+        for n in range(max(self._requests_seen, count - REQUEST_SLOTS), count):
+            raw = self.store.get(f"{self.prefix}/request/{n % REQUEST_SLOTS}")
+            self.stats.round_trips += 1
+            with contextlib.suppress(ValueError):
+                asked.append(int(raw))
+        self._requests_seen = max(self._requests_seen, count)
+        return asked
+
+    def still_open(self, step: int) -> bool:
+        """Whether the comparer has not judged ``step`` yet (it deletes the step's summary key
+        when it has): at exit a rank sends the halves of such steps without being asked."""
+        self.stats.round_trips += 1
+        return bool(self.store.check([self._key(step, "summary")]))
 
     def fetch_summaries(self, step: int, final: bool = False, gone: set[int] | frozenset[int] = frozenset()
                         ) -> tuple[dict[int, dict[str, Any]], list[int]] | None:
@@ -147,26 +187,44 @@ class StoreExchange:
         has published or the timeout has passed; None while still waiting. Ranks in ``gone``
         (already reported) are not waited for; ``final`` gives up on late ranks at once."""
         others = [r for r in range(self.world_size) if r != self.rank and r not in gone]
-        entries = self._read(self._key(step, "summary"))
-        ready = {r: entries[r] for r in others if r in entries}
-        now = time.monotonic()
-        first = self._first_look.setdefault(step, now)
-        if len(ready) < len(others) and not final and now - first < self.timeout_s:
-            return None
-        self._first_look.pop(step, None)
-        self.stats.steps += 1
-        return ready, [r for r in others if r not in ready]
+        return self._wait_for(self._key(step, "summary"), (step, "summary"), others, final, count_step=True)
 
-    def fetch_details(self, step: int) -> dict[int, dict[str, Any]]:
-        self.stats.details_fetched += 1
-        return self._read(self._key(step, "details"))
+    def fetch_details(self, step: int, ranks: list[int], final: bool = False
+                      ) -> tuple[dict[int, dict[str, Any]], list[int]] | None:
+        """The details of ``step`` from ``ranks`` and those that did not send them in time, once
+        every one has or the timeout has passed since the request; None while still waiting."""
+        return self._wait_for(self._key(step, "details"), (step, "details"), ranks, final)
+
+    def _wait_for(self, key: str, what: tuple[int, str], ranks: list[int], final: bool, count_step: bool = False
+                  ) -> tuple[dict[int, dict[str, Any]], list[int]] | None:
+        entries = self._read(key)
+        ready = {r: entries[r] for r in ranks if r in entries}
+        now = time.monotonic()
+        first = self._first_look.setdefault(what, now)
+        if len(ready) < len(ranks) and not final and now - first < self.timeout_s:
+            return None
+        self._first_look.pop(what, None)
+        if count_step:
+            self.stats.steps += 1
+        else:
+            self.stats.details_fetched += 1
+        return ready, [r for r in ranks if r not in ready]
 
     def forget(self, step: int) -> None:
         """Delete the step's keys (the comparer, once the step is judged)."""
         for part in ("summary", "details"):
-            key = self._key(step, part)
-            try:
-                self.store.delete_key(key)
-                self.stats.round_trips += 1
-            except RuntimeError as exc:  # an older store without deletion: keys stay, nothing breaks
-                warn_once("store-delete", f"could not delete store key {key}: {exc}")
+            self._delete(self._key(step, part))
+
+    def close(self) -> None:
+        """Delete the request keys (the comparer, at exit)."""
+        if self._requests_made:
+            for slot in range(min(self._requests_made, REQUEST_SLOTS)):
+                self._delete(f"{self.prefix}/request/{slot}")
+            self._delete(f"{self.prefix}/requests")
+
+    def _delete(self, key: str) -> None:
+        try:
+            self.store.delete_key(key)
+            self.stats.round_trips += 1
+        except RuntimeError as exc:  # an older store without deletion: keys stay, nothing breaks
+            warn_once("store-delete", f"could not delete store key {key}: {exc}")
