@@ -93,6 +93,30 @@ def test_a_rank_that_dies_mid_run_is_reported_and_the_others_finish(tmp_path):
     assert elapsed < 120  # bounded by the final grace period, never the 60 s per-step timeout per step
 
 
+def test_a_disagreement_at_the_last_step_is_judged_after_the_other_rank_has_gone(tmp_path):
+    """The comparer judges the last step at its exit and asks for the halves of a step whose
+    digests disagree; the other rank (these replicas never wait for each other) may have left
+    by then, so at its exit it sent the halves of every step not judged yet, unasked."""
+    script = str(PIPELINES / "replicas_train.py")
+    cmd = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", script]
+    reference = tmp_path / "ref"
+    proc = run_python(cmd, agent_env("collect", reference, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr
+    invariants, files = infer_invariants([reference])
+    inv_file = tmp_path / "inv.json"
+    write_invariants(invariants, inv_file, [str(f) for f in files])
+    out = tmp_path / "check"
+    proc = run_python([*cmd, "--drift-at", "6"], agent_env("check", out, OMP_NUM_THREADS="1", TRAINCHECK_INV=str(inv_file),
+                                                           TRAINCHECK_DEBUG="1"))
+    assert proc.returncode == 0, proc.stderr
+    found = [json.loads(line) for line in (out / "violations-0.jsonl").read_text().splitlines()]
+    assert not [v for v in found if v["relation"] == "CrossRankExchange"]
+    drift = [v for v in found if v["relation"] == "CrossRankConsistent"]
+    assert {v["step"] for v in drift} == {7} and "model.0.weight" in {v["variable"] for v in drift}
+    assert all(v["ranks"] == [0, 1] for v in drift)
+    assert "details fetched for 1 steps" in proc.stderr  # only the step that disagreed
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

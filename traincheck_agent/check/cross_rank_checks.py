@@ -109,13 +109,16 @@ class CrossRankChecks:
                 exchange.publish_details(step, details)
 
     def _send_open(self) -> None:
-        """At exit (not the comparer): what was asked for, then the halves of every held step
-        the comparer has not judged yet, since it may ask for them after this rank is gone."""
-        self._send_requested()
+        """At exit (not the comparer): the halves of the steps the comparer has not judged yet,
+        since it may ask for them after this rank is gone, then what it has asked for. It judges
+        in step order, so once one step is judged (its summary key deleted) every earlier step
+        is judged or already asked for: the newest held steps are looked at until one is."""
         exchange = self.exchange
-        for step in sorted(self.held):
-            if exchange.still_open(step):
-                exchange.publish_details(step, self.held[step])
+        for step in sorted(self.held, reverse=True):
+            if not exchange.still_open(step):
+                break
+            exchange.publish_details(step, self.held.pop(step))
+        self._send_requested()
         self.held.clear()
 
     def compare(self, report: Report, final: bool) -> None:
