@@ -1,5 +1,6 @@
 """Accelerate on CPU, one process and two (torchrun): gradient accumulation is not taken for
-missing updates, and a misplaced ``zero_grad`` under accumulation is caught."""
+missing updates, a misplaced ``zero_grad`` under accumulation is caught, and so is a process
+whose gradients differ from the other's."""
 
 from __future__ import annotations
 
@@ -55,16 +56,39 @@ def test_zero_grad_before_backward_under_accumulation_is_caught(reference):
     assert any("backward finds the grad None or zero" in v["message"] for v in violations if v["step"] == first)
 
 
-def test_two_processes_check_clean_online(tmp_path):
+@pytest.fixture(scope="module")
+def two_process_invariants(tmp_path_factory) -> Path:
     from traincheck_agent.inference.invariant import write_invariants
 
-    reference = _run(tmp_path / "ref", "collect", "--batches", "6", processes=2)
+    root = tmp_path_factory.mktemp("accelerate2")
+    reference = _run(root / "ref", "collect", "--batches", "6", processes=2)
     invariants, files = infer_invariants([reference])
     assert any(i.relation == "CrossRankConsistent" for i in invariants)
-    inv_file = tmp_path / "inv.json"
+    inv_file = root / "inv.json"
     write_invariants(invariants, inv_file, [str(f) for f in files])
+    return inv_file
+
+
+def test_two_processes_check_clean_online(tmp_path, two_process_invariants):
     out = _run(tmp_path / "check", "check", "--seed", "1", "--batches", "6", "--accumulate", "2", processes=2,
-               TRAINCHECK_INV=str(inv_file))
+               TRAINCHECK_INV=str(two_process_invariants))
     assert all(not p.read_text().strip() for p in out.glob("violations-*.jsonl"))
     summaries = [line for line in (out / "stderr.txt").read_text().splitlines() if "check summary" in line]
     assert len(summaries) == 2 and all("no violations" in line for line in summaries)
+
+
+def test_a_process_whose_gradients_differ_is_caught_online_at_that_step(tmp_path, two_process_invariants):
+    """The last process doubles its averaged gradients at step 2: rank 0 reports, at step 2,
+    the gradients differing across the two ranks, naming each parameter, before the weights
+    the step then updates differ too."""
+    import json
+
+    out = _run(tmp_path / "check", "check", "--seed", "1", "--batches", "6", "--bug", "grads-scaled-on-one-process",
+               processes=2, TRAINCHECK_INV=str(two_process_invariants))
+    found = [json.loads(line) for line in (out / "violations-0.jsonl").read_text().splitlines()]
+    assert found and {v["relation"] for v in found} == {"CrossRankConsistent"}
+    first = min(v["step"] for v in found)
+    at_first = [v for v in found if v["step"] == first]
+    assert first == 2 and all(v["ranks"] == [0, 1] for v in at_first)
+    grads = {v["variable"] for v in at_first if v["evidence"]["subject"]["attribute"] == "grad"}
+    assert grads >= {"net.0.weight", "net.2.weight"}, at_first

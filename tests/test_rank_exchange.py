@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import PIPELINES, agent_env, run_python
 
 from traincheck_agent.inference.engine import check_offline, infer_invariants
@@ -67,21 +68,29 @@ def test_a_rank_that_stops_publishing_is_reported_not_waited_for(tmp_path):
     assert [v for v in online["violations"] if v["relation"] != "CrossRankExchange"] == []
 
 
-def test_a_rank_that_dies_mid_run_is_reported_and_the_others_finish(tmp_path):
+REPLICAS = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(PIPELINES / "replicas_train.py")]
+
+
+@pytest.fixture(scope="module")
+def replicas_invariants(tmp_path_factory) -> Path:
+    """The invariants file of a clean 2-rank run of replicas that never communicate."""
+    root = tmp_path_factory.mktemp("replicas")
+    proc = run_python(REPLICAS, agent_env("collect", root / "ref", OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr
+    invariants, files = infer_invariants([root / "ref"])
+    assert any(i.relation == "CrossRankConsistent" for i in invariants)
+    inv_file = root / "inv.json"
+    write_invariants(invariants, inv_file, [str(f) for f in files])
+    return inv_file
+
+
+def test_a_rank_that_dies_mid_run_is_reported_and_the_others_finish(tmp_path, replicas_invariants):
     """A real rank lost mid-run (it leaves with ``os._exit`` at step 3, publishing nothing more):
     the surviving rank trains to the end, reports the missing peer once, and does not hang."""
-    script = str(PIPELINES / "replicas_train.py")
-    cmd = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", script]
-    reference = tmp_path / "ref"
-    proc = run_python(cmd, agent_env("collect", reference, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stderr
-    invariants, files = infer_invariants([reference])
-    assert any(i.relation == "CrossRankConsistent" for i in invariants)
-    inv_file = tmp_path / "inv.json"
-    write_invariants(invariants, inv_file, [str(f) for f in files])
     out = tmp_path / "check"
     started = time.monotonic()
-    proc = run_python([*cmd, "--die-at", "3"], agent_env("check", out, OMP_NUM_THREADS="1", TRAINCHECK_INV=str(inv_file)))
+    proc = run_python([*REPLICAS, "--die-at", "3"],
+                      agent_env("check", out, OMP_NUM_THREADS="1", TRAINCHECK_INV=str(replicas_invariants)))
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stderr
     assert '"rank": 0' in proc.stdout  # the survivor trained to the end
@@ -93,21 +102,13 @@ def test_a_rank_that_dies_mid_run_is_reported_and_the_others_finish(tmp_path):
     assert elapsed < 120  # bounded by the final grace period, never the 60 s per-step timeout per step
 
 
-def test_a_disagreement_at_the_last_step_is_judged_after_the_other_rank_has_gone(tmp_path):
+def test_a_disagreement_at_the_last_step_is_judged_after_the_other_rank_has_gone(tmp_path, replicas_invariants):
     """The comparer judges the last step at its exit and asks for the halves of a step whose
     digests disagree; the other rank (these replicas never wait for each other) may have left
     by then, so at its exit it sent the halves of every step not judged yet, unasked."""
-    script = str(PIPELINES / "replicas_train.py")
-    cmd = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", script]
-    reference = tmp_path / "ref"
-    proc = run_python(cmd, agent_env("collect", reference, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stderr
-    invariants, files = infer_invariants([reference])
-    inv_file = tmp_path / "inv.json"
-    write_invariants(invariants, inv_file, [str(f) for f in files])
     out = tmp_path / "check"
-    proc = run_python([*cmd, "--drift-at", "6"], agent_env("check", out, OMP_NUM_THREADS="1", TRAINCHECK_INV=str(inv_file),
-                                                           TRAINCHECK_DEBUG="1"))
+    proc = run_python([*REPLICAS, "--drift-at", "6"], agent_env(
+        "check", out, OMP_NUM_THREADS="1", TRAINCHECK_INV=str(replicas_invariants), TRAINCHECK_DEBUG="1"))
     assert proc.returncode == 0, proc.stderr
     found = [json.loads(line) for line in (out / "violations-0.jsonl").read_text().splitlines()]
     assert not [v for v in found if v["relation"] == "CrossRankExchange"]

@@ -6,6 +6,9 @@ wrapped optimizer's ``step`` and ``zero_grad`` do nothing until the N-th batch.
 step: with accumulation it runs only on the N-th batch, before its backward, so it throws away
 the gradients of the batches before it, and the first batch of each step starts from the stale
 gradients of the last step.
+``--bug grads-scaled-on-one-process`` makes the last process double its gradients after the
+backward of its third batch (after DDP averaged them, as a rank-local loss scale would): its
+gradients, then its weights, differ from the other process's.
 """
 
 import argparse
@@ -24,7 +27,7 @@ def main() -> None:
     parser.add_argument("--accumulate", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batches", type=int, default=4, help="batches per process")
-    parser.add_argument("--bug", choices=["none", "zero-grad-first"], default="none")
+    parser.add_argument("--bug", choices=["none", "zero-grad-first", "grads-scaled-on-one-process"], default="none")
     args = parser.parse_args()
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=args.accumulate)
     torch.manual_seed(args.seed)
@@ -36,14 +39,19 @@ def main() -> None:
     loader = torch.utils.data.DataLoader(data, batch_size=16)
     net, opt, loader = accelerator.prepare(net, opt, loader)
     losses = []
-    for x, y in loader:
+    last = accelerator.process_index == accelerator.num_processes - 1
+    for batch, (x, y) in enumerate(loader):
         with accelerator.accumulate(net) if args.accumulate > 1 else contextlib.nullcontext():
             if args.bug == "zero-grad-first":
                 opt.zero_grad()
             loss = nn.functional.mse_loss(net(x), y)
             accelerator.backward(loss)
+            if args.bug == "grads-scaled-on-one-process" and last and batch == 2:
+                with torch.no_grad():
+                    for p in net.parameters():
+                        p.grad.mul_(2.0)
             opt.step()
-            if args.bug == "none":
+            if args.bug != "zero-grad-first":
                 opt.zero_grad()
         losses.append(loss.item())
     # One write per line: the ranks share stdout, and print() writes the newline apart.
