@@ -116,6 +116,19 @@ def test_a_rank_appends_its_summary_and_sends_its_halves_when_asked():
     assert crossing.held == {}
 
 
+def test_a_rank_holds_its_newest_steps_within_a_bound_of_halves():
+    from traincheck_agent.check import cross_rank_checks
+
+    crossing = _cross_rank_of(dist.HashStore(), 1)
+    for step in range(100):
+        crossing._hold(step, {"CrossRankConsistent": [object()] * 10})
+    assert sorted(crossing.held) == list(range(100 - cross_rank_checks.MAX_HELD_STEPS, 100))
+    big = cross_rank_checks.MAX_HELD_HALVES // 2 + 1
+    for step in range(100, 104):
+        crossing._hold(step, {"CrossRankConsistent": [object()] * big})
+    assert sorted(crossing.held) == [102, 103]  # the last two steps, whatever their size
+
+
 def test_a_store_that_fails_switches_cross_rank_checks_off_with_one_warning(capsys):
     crossing = _cross_rank_of(_StoreWithoutAppend(), 1)
     for step in (3, 4):

@@ -26,8 +26,12 @@ ExchangeFactory = Callable[[str, int], "StoreExchange | None"]
 # Halves kept for steps that could not be published yet (no process group yet): the newest ones.
 MAX_UNPUBLISHED_STEPS = 64
 # Published steps whose halves a rank keeps until the comparer asks for them or moves past them:
-# in step with the others, it asks within a step or two.
+# in step with the others, it asks within a step or two. The newest steps are kept, at most this
+# many and, past the last two steps, at most MAX_HELD_HALVES halves in all (a large model has
+# thousands of halves per step).
 MAX_HELD_STEPS = 64
+MAX_HELD_HALVES = 20_000
+MIN_HELD_STEPS = 2
 FINAL_GRACE_S = 10.0  # how long the comparer waits at exit for the other ranks' last steps
 
 
@@ -46,7 +50,7 @@ class CrossRankChecks:
         # The comparer's steps whose details it asked for: its own halves, the other ranks'
         # halves sent in full, and the ranks asked.
         self.awaiting: dict[int, tuple[dict[str, list[Any]], list[dict[str, list[Any]]], list[int]]] = {}
-        self.held: dict[int, dict[str, Any]] = {}  # another rank's digested halves, by step
+        self.held: dict[int, dict[str, list[Any]]] = {}  # another rank's digested halves, by step
         self.run_id, self.restart = "", 0
         self.gone: set[int] = set()
         self.broken = False  # the store failed: cross-rank invariants are off for the rest of the run
@@ -93,20 +97,28 @@ class CrossRankChecks:
             else:
                 self.exchange.publish(step, {"s": summary.digests, "x": encode(summary.direct)})
                 if summary.digests:
-                    self.held[step] = {"h": encode(summary.digested)}
-                    for old in sorted(self.held)[:-MAX_HELD_STEPS]:
-                        del self.held[old]
+                    self._hold(step, summary.digested)
         if self.exchange.comparer:
             self.compare(report, final=False)
         else:
             self._send_requested()
 
+    def _hold(self, step: int, digested: dict[str, list[Any]]) -> None:
+        """Keep a published step's digested halves (encoded only if asked for)."""
+        self.held[step] = digested
+        total = sum(len(halves) for kept in self.held.values() for halves in kept.values())
+        for old in sorted(self.held):
+            if len(self.held) <= MIN_HELD_STEPS or (len(self.held) <= MAX_HELD_STEPS and total <= MAX_HELD_HALVES):
+                break
+            total -= sum(len(halves) for halves in self.held.pop(old).values())
+
+    def _send(self, step: int) -> None:
+        self.exchange.publish_details(step, {"h": encode(self.held.pop(step))})
+
     def _send_requested(self) -> None:
-        exchange = self.exchange
-        for step in exchange.requested_steps():
-            details = self.held.pop(step, None)
-            if details is not None:
-                exchange.publish_details(step, details)
+        for step in self.exchange.requested_steps():
+            if step in self.held:
+                self._send(step)
 
     def _send_open(self) -> None:
         """At exit (not the comparer): the halves of the steps the comparer has not judged yet,
@@ -117,7 +129,7 @@ class CrossRankChecks:
         for step in sorted(self.held, reverse=True):
             if not exchange.still_open(step):
                 break
-            exchange.publish_details(step, self.held.pop(step))
+            self._send(step)
         self._send_requested()
         self.held.clear()
 

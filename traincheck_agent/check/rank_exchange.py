@@ -16,7 +16,7 @@ others) over the halves that agreeing ranks cannot violate (``agreement_suffices
 the few halves that agreement does not settle (values that must *differ* across ranks, e.g.
 data-parallel batches).
 
-The digested halves themselves stay on their rank (the last ``MAX_HELD_STEPS`` steps) until the
+The digested halves themselves stay on their rank (its last steps, ``cross_rank_checks``) until the
 comparer asks for them: it writes the step into one of ``REQUEST_SLOTS`` request keys and counts
 it in ``.../requests``, which every rank reads with one ``add(key, 0)`` per step; a rank that
 holds an asked step appends its halves to the step's details key. So the steady state sends only
