@@ -237,3 +237,35 @@ def test_accelerate_two_processes_under_torchrun(tmp_path):
         assert params == {"net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"}
         assert [c["step"] for c in trace.calls("torch.optim.AdamW.step")] == [0, 1, 2, 3]
         assert trace.calls("torch.nn.parallel.DistributedDataParallel.forward")
+
+
+def test_policy_attributes_of_parameters_from_instances_and_classes(tmp_path):
+    """Attributes the policy names (``param_attributes``) are recorded whether the parameter
+    holds them itself (Megatron, DeepSpeed) or its class answers for them (a property), and
+    parameters with neither record none."""
+    script = tmp_path / "tagged.py"
+    script.write_text(
+        "import torch\n"
+        "from torch import nn\n"
+        "class TaggedParameter(nn.Parameter):\n"
+        "    @property\n"
+        "    def shared(self):\n"
+        "        return True\n"
+        "torch.manual_seed(0)\n"
+        "model = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))\n"
+        "model[0].weight = TaggedParameter(model[0].weight.detach().clone())\n"
+        "model[0].bias.ds_id = 7\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(2):\n"
+        "    opt.zero_grad()\n"
+        "    model(torch.randn(5, 4)).sum().backward()\n"
+        "    opt.step()\n"
+    )
+    out = tmp_path / "out"
+    proc = run_python([str(script)], agent_env("collect", out))
+    assert proc.returncode == 0, proc.stderr
+    [trace] = read_traces(out)
+    after = {s["var"]: s["attrs"] for s in trace.states("after:optimizer.step") if s.get("vtype") != "param_group"}
+    assert after["model.0.weight"]["shared"] is True and "ds_id" not in after["model.0.weight"]
+    assert after["model.0.bias"]["ds_id"] == 7 and "shared" not in after["model.0.bias"]
+    assert not {"shared", "ds_id"} & set(after["model.1.weight"])

@@ -444,7 +444,8 @@ def test_all_cpu_batch_equals_the_general_path():
     p = torch.nn.Parameter(sample(torch.float32, (6, 4), seed=1))
     p.grad = sample(torch.float32, (6, 4), seed=2)
     ts = [p, p.grad, sample(torch.float64, (8, 8), seed=3).t(), sample(torch.int64, (7,), seed=4),
-          sample(torch.bfloat16, (3, 5), seed=5), torch.zeros(0), torch.tensor(float("nan"))]
+          sample(torch.bfloat16, (3, 5), seed=5), torch.zeros(0), torch.tensor(float("nan")),
+          torch.tensor([-0.0, 0.0]), torch.tensor([2.0, float("-inf")]), torch.tensor([0.5, -3.0])]
     cpu._flags_memo.clear()
     expected = [cpu.fingerprint_cpu(t.detach()) for t in ts]
     cpu._flags_memo.clear()

@@ -117,3 +117,53 @@ def test_a_single_process_checker_loads_no_cross_rank_machinery():
     for module in ("cross_rank_checks", "rank_summary", "rank_exchange"):
         assert f"traincheck_agent.check.{module}" not in single, single
         assert f"traincheck_agent.check.{module}" in pair, pair
+
+
+def test_collectors_skip_only_examples_no_invariant_watches(tmp_path):
+    """A checker tells each collector the example keys its invariants watch; the collectors
+    that skip the others (EventContain, ContextArgument) still build every watched example, the
+    same as a collector that builds them all."""
+    from traincheck_agent.inference import relations
+    from traincheck_agent.inference.stream import TraceSource
+
+    run = _collect(tmp_path, "ref", "--steps", "3")
+    [path] = find_trace_files([run])
+    trace = TraceFile(path)
+    records = list(trace.records())
+    for relation in relations.load(["EventContain", "ContextArgument"]):
+        every = relation.Collector(TraceSource.of(trace))
+        all_examples = [e for r in records for e in every.feed(r)] + list(every.finish())
+        keys = sorted({relation.key_of(e) for e in all_examples})
+        assert len(keys) >= 2, relation.RELATION
+        watched = frozenset(keys[::2])
+        only = relation.Collector(TraceSource.of(trace))
+        only.wanted = watched
+        some = [e for r in records for e in only.feed(r)] + list(only.finish())
+        assert some == [e for e in all_examples if relation.key_of(e) in watched], relation.RELATION
+        assert len(some) < len(all_examples)
+
+    invariants, _ = infer_invariants([run])
+    checker = OnlineChecker(invariants, lambda v: None)
+    checker.feed(trace.header)
+    assert all(w.collector.wanted == frozenset(w.by_key) for w in checker._watches)
+
+
+def test_transition_features_keep_the_type_of_each_descriptive_value():
+    """Features are remembered per combination of their ingredients; ``True`` and ``1`` hash
+    alike but must stay two features (a precondition may have been learned on either)."""
+    from traincheck_agent.inference.examples import TransitionCollector, _features
+    from traincheck_agent.inference.stream import TraceSource
+
+    collector = TransitionCollector(TraceSource("t", "r", 0))
+    fp = {"h": "x3:0", "zero": False, "nonfinite": False, "amax": 1.0}
+    seen = []
+    for call, flag in enumerate([True, 1, True, 1.0]):
+        attrs = {"dtype": "float32", "tensor_model_parallel": flag, "grad": fp}
+        before = {"kind": "state", "where": "before:backward", "call": call, "var": "w", "vtype": "Parameter",
+                  "step": call, "phase": "train", "attrs": attrs}
+        collector.feed(before)
+        [example] = collector.feed(dict(before, where="after:backward"))
+        assert example.features == _features(dict(before, where="after:backward"), attrs, True)
+        value = dict(example.features)["tensor_model_parallel"]
+        seen.append((type(value), value))
+    assert seen == [(bool, True), (int, 1), (bool, True), (float, 1.0)]

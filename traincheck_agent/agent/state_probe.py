@@ -51,6 +51,15 @@ def _scalar_hyperparams(group: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# ``str(device)`` of the devices seen: snapshots name the device of every parameter.
+_device_names: dict[torch.device, str] = {}
+
+
+def _device_name(device: torch.device) -> str:
+    name = _device_names[device] = str(device)
+    return name
+
+
 class StateProbe:
     def __init__(self, policy: Policy, registry: ModelRegistry, clock: TrainingClock, emit: Emit) -> None:
         self.policy = policy
@@ -59,6 +68,17 @@ class StateProbe:
         self.emit = emit
         self._unnamed_seen = False
         self.groups = GroupWatch(emit)  # cross-rank relations compare within these groups
+        # Per parameter class: whether the class itself can answer for a policy attribute
+        # (a property, a class attribute, ``__getattr__``). Where it cannot, only an instance
+        # attribute can, so a parameter with an empty ``__dict__`` (plain PyTorch) has none.
+        self._declared: dict[type, bool] = {}
+
+    def _declares(self, cls: type) -> bool:
+        known = self._declared.get(cls)
+        if known is None:
+            names = (*self.policy.param_attributes, "__getattr__")
+            known = self._declared[cls] = any(hasattr(cls, name) for name in names)
+        return known
 
     def wants(self, when: str, event: str) -> StateRule | None:
         rule = self.policy.state_rule(when, event)
@@ -158,21 +178,24 @@ class StateProbe:
         fps = iter(fingerprint_tensors(tensors))
         extra_attrs = self.policy.param_attributes
         owners = self.registry.param_owner
+        device_names = _device_names
         for (name, p), grad in zip(params, grads, strict=True):
+            device = p.device
             attrs: dict[str, Any] = {
                 "dtype": dtype_name(p.dtype),
                 "shape": list(p.shape),
-                "device": str(p.device),
+                "device": device_names.get(device) or _device_name(device),
                 "requires_grad": p.requires_grad,
             }
             if want_data:
                 attrs["data"] = next(fps)
             if want_grad:
                 attrs["grad"] = next(fps) if grad is not None else None
-            for attr in extra_attrs:
-                value = getattr(p, attr, None)
-                if value is not None and isinstance(value, (bool, int, float, str)):
-                    attrs[attr] = value
+            if extra_attrs and (p.__dict__ or self._declares(type(p))):
+                for attr in extra_attrs:
+                    value = getattr(p, attr, None)
+                    if value is not None and isinstance(value, (bool, int, float, str)):
+                        attrs[attr] = value
             record = dict(base, var=name, vtype=type(p).__name__, attrs=attrs)
             owner = owners.get(id(p))
             if owner is not None:

@@ -113,6 +113,7 @@ class OnlineChecker:
         source = TraceSource("online", str(header.get("run_id")), int(header.get("rank", 0) or 0))
         for watch in self._watches:
             watch.collector = watch.relation.Collector(source)
+            watch.collector.wanted = frozenset(watch.by_key)
         self._routes = route_by_kind((w.relation, w) for w in self._watches)
         if self._rank_watches and int(header.get("world_size", 1) or 1) > 1:
             from traincheck_agent.check.cross_rank_checks import CrossRankChecks, default_exchange

@@ -124,6 +124,18 @@ def _fast_float(t: torch.Tensor) -> dict | None:
     return _record(digest, *_memo_flags((address, nbytes, dtype), digest, t))
 
 
+# ctypes array types by byte length (``c_char * n`` looks its type up on every call).
+_buffer_types: dict[int, type] = {}
+BUFFER_TYPES_LIMIT = 1 << 12
+
+
+def _buffer_type(nbytes: int) -> type:
+    if len(_buffer_types) >= BUFFER_TYPES_LIMIT:
+        _buffer_types.clear()
+    kind = _buffer_types[nbytes] = ctypes.c_char * nbytes
+    return kind
+
+
 def fingerprint_cpu_batch(tensors: list[torch.Tensor]) -> list[dict]:
     """``fingerprint_cpu`` of each tensor. The common case (a contiguous float tensor whose
     flags are still memoised) is inlined: a snapshot fingerprints dozens of mostly small
@@ -131,16 +143,20 @@ def fingerprint_cpu_batch(tensors: list[torch.Tensor]) -> list[dict]:
     out = []
     memo = _flags_memo
     hexdigest = xxhash.xxh3_64_hexdigest
-    char = ctypes.c_char
+    buffer_types = _buffer_types
     for t in tensors:
         dtype = t.dtype
         if dtype in _MINMAX_DTYPES and t.is_contiguous() and not t.is_neg() and (nbytes := t.nbytes):
             address = t.data_ptr()
-            digest = hexdigest((char * nbytes).from_address(address))
+            digest = hexdigest((buffer_types.get(nbytes) or _buffer_type(nbytes)).from_address(address))
             key = (address, nbytes, dtype)
             held = memo.get(key)
-            flags = held[1] if held is not None and held[0] == digest else _memo_flags(key, digest, t)
-            out.append(_record(digest, *flags))
+            zero, nonfinite, amax = (held[1] if held is not None and held[0] == digest
+                                     else _memo_flags(key, digest, t))
+            if nonfinite:
+                out.append({"h": PREFIX + ":" + digest, "zero": zero, "nonfinite": True})
+            else:
+                out.append({"h": PREFIX + ":" + digest, "zero": zero, "nonfinite": False, "amax": amax})
         else:
             out.append(fingerprint_cpu(t))
     return out

@@ -46,9 +46,25 @@ def tensor_dtype(desc: Any) -> str | None:
     return None
 
 
+# The last record ``call_features`` read and what it found: the relations a record is fed to
+# ask in turn, so the second one gets the answer for free. One tuple, replaced whole, so that
+# threads reading records of their own never see another's answer.
+_last_features: tuple[Any, tuple[tuple[str, Any], ...]] = (None, ())
+
+
 def call_features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """The context of a call record that preconditions may use: ``context_features`` plus the
     receiver's type (``self.type``) and the first tensor argument's dtype (``input.dtype``)."""
+    global _last_features
+    last = _last_features
+    if last[0] is record:
+        return last[1]
+    features = _call_features(record)
+    _last_features = (record, features)
+    return features
+
+
+def _call_features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     args = record.get("args") or {}
     out = context_features(record)
     self_desc = receiver(record)

@@ -82,6 +82,10 @@ def _features(record: dict[str, Any], before: dict[str, Any], first_in_step: boo
     return tuple(sorted(out.items()))
 
 
+_ABSENT = object()
+FEATURES_MEMO_LIMIT = 1 << 12
+
+
 def update_negligible(attrs: dict[str, Any]) -> bool:
     """Whether the grad in ``attrs`` is too small, next to the data, for an update to show."""
     data, grad, eps = attrs.get("data"), attrs.get("grad"), _EPSILON.get(attrs.get("dtype", ""))
@@ -104,12 +108,20 @@ class TransitionCollector(Collector):
         # on, so a long run holds one step's worth.
         self.seen_in_step: set[tuple[str, str]] = set()
         self.step_seen: Any = None
+        self._where: dict[Any, tuple[str, str]] = {}  # "before:backward" -> ("before", "backward")
+        self._memo: dict[tuple[Any, ...], tuple[tuple[str, Any], ...]] = {}
 
     def feed(self, record: dict[str, Any]) -> list[TransitionExample]:
         if record.get("kind") != KIND_STATE or record.get("call") is None:
             return []
-        when, _, event = str(record.get("where", "")).partition(":")
-        key = (record["call"], event, record.get("var"))
+        where = record.get("where", "")
+        split = self._where.get(where)
+        if split is None:
+            when, _, event = str(where).partition(":")
+            split = self._where[where] = (when, event)
+        when, event = split
+        var = record.get("var")
+        key = (record["call"], event, var)
         attrs = record.get("attrs", {})
         if when == "before":
             self.pending[key] = attrs
@@ -121,10 +133,11 @@ class TransitionCollector(Collector):
         if step != self.step_seen:
             self.step_seen = step
             self.seen_in_step.clear()
-        occurrence = (event, str(record.get("var")))
+        var = str(var)
+        occurrence = (event, var)
         first_in_step = occurrence not in self.seen_in_step
         self.seen_in_step.add(occurrence)
-        features = _features(record, before, first_in_step)
+        features = self._features(record, attrs, before, first_in_step)
         negligible = update_negligible(before)
         out = []
         for attribute in TENSOR_ATTRS:
@@ -141,7 +154,29 @@ class TransitionCollector(Collector):
                 features=features,
                 trace=self.source.label,
                 step=step,
-                var=str(record.get("var")),
+                var=var,
                 update_negligible=negligible,
             ))
         return out
+
+    def _features(self, record: dict[str, Any], attrs: dict[str, Any], before: dict[str, Any],
+                  first_in_step: bool) -> tuple[tuple[str, Any], ...]:
+        """``_features``, memoised on what they are made of: the variables of one model give a
+        handful of distinct feature sets, and a snapshot pair makes one example per tensor."""
+        made = [record.get("vtype"), record.get("phase"), record.get("step") == 0, first_in_step]
+        for name in DESCRIPTIVE_ATTRS:
+            value = attrs.get(name, _ABSENT)
+            made += (value, type(value))  # True and 1 are one key, and must stay two features
+        made += [value_class(before[name]) if name in before else _ABSENT for name in TENSOR_ATTRS]
+        made_of = tuple(made)
+        try:
+            return self._memo[made_of]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable descriptive value
+            return _features(record, before, first_in_step)
+        features = _features(record, before, first_in_step)
+        if len(self._memo) >= FEATURES_MEMO_LIMIT:
+            self._memo.clear()
+        self._memo[made_of] = features
+        return features

@@ -53,7 +53,13 @@ class TraceSource:
 
 
 class Collector:
-    """Base collector: no pending state. Relations override ``feed`` (and ``finish``)."""
+    """Base collector: no pending state. Relations override ``feed`` (and ``finish``).
+
+    ``wanted``, set by a checker, holds the keys (``key_of``) of the example groups its
+    invariants watch; a collector may skip building examples of other keys (None: every key,
+    as inference needs)."""
+
+    wanted: frozenset[Hashable] | None = None
 
     def __init__(self, source: TraceSource) -> None:
         self.source = source

@@ -64,7 +64,9 @@ class Collector(StreamCollector):
     def feed(self, record: dict[str, Any]) -> list[FlagExample]:
         if record.get("kind") != KIND_CALL:
             return []
-        flags = [(k, v) for k, v in (record.get("args") or {}).items() if isinstance(v, bool)]
+        wanted, api = self.wanted, record.get("api")
+        flags = [(k, v) for k, v in (record.get("args") or {}).items()
+                 if isinstance(v, bool) and (wanted is None or (api, k) in wanted)]
         children = self.waiting.pop(record.get("id"), [])
         out: list[FlagExample] = []
         module_flag = module_training(record)
