@@ -36,6 +36,7 @@ from traincheck_agent.trace.schema import KIND_CALL
 Hook = Callable[["CallContext"], None]
 # APIs under this prefix return batches: their return values are described as data.
 DATA_LOADING_PREFIX = "torch.utils.data."
+_NOT_READ = object()
 
 
 class CallContext:
@@ -94,7 +95,9 @@ def make_call_wrapper(
     ``before`` started. ``module_call`` marks the ``nn.Module`` call probe (check mode may
     record every module call).
     """
-    arg_names = parameter_names(func_for_names, is_method) if func_for_names is not None else None
+    # Read from the signature at the first recorded call: most wrapped APIs are never called
+    # in a given run, and reading a signature costs tens of microseconds.
+    arg_names: tuple[str, ...] | None | object = _NOT_READ
     state = runtime.thread_state
     time_ns = time.time_ns
     hookless = before is None and after is None
@@ -104,6 +107,7 @@ def make_call_wrapper(
     fire = faults.fire
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        nonlocal arg_names
         if in_compiled_region():  # dynamo traces this call: no recording, no graph break
             return wrapped(*args, **kwargs)
         rt = runtime.current
@@ -148,6 +152,8 @@ def make_call_wrapper(
                 stage = "describe"
                 if armed:
                     fire("describe")
+                if arg_names is _NOT_READ:
+                    arg_names = parameter_names(func_for_names, is_method) if func_for_names is not None else None
                 described = describe_args(arg_names, args, kwargs, a_level, registry.param_names, registry.module_names)
                 if describe_self and instance is not None and a_level != DESCRIBE_NONE:
                     described = {"self": describe(instance, a_level, registry.param_names, registry.module_names), **described}

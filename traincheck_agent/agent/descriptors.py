@@ -33,12 +33,37 @@ def dtype_name(dtype: torch.dtype) -> str:
     return name
 
 
+_device_names: dict[torch.device, str] = {}
+
+
+def device_name(device: torch.device) -> str:
+    name = _device_names.get(device)
+    if name is None:
+        name = _device_names[device] = str(device)
+    return name
+
+
+_PARAMETER = torch.nn.Parameter
+_TENSOR = torch.Tensor
+
+
+def is_parameter(t: torch.Tensor) -> bool:
+    """``isinstance(t, nn.Parameter)``, without running Parameter's Python ``__instancecheck__``
+    for the two classes nearly every tensor has."""
+    cls = type(t)
+    if cls is _PARAMETER:
+        return True
+    if cls is _TENSOR:
+        return bool(getattr(t, "_is_param", False))  # what that check looks at for a plain tensor
+    return isinstance(t, _PARAMETER)
+
+
 def describe_tensor(t: torch.Tensor, names: dict[int, str], level: str) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "t": "Parameter" if isinstance(t, torch.nn.Parameter) else "Tensor",
+        "t": "Parameter" if is_parameter(t) else "Tensor",
         "shape": list(t.shape),
         "dtype": dtype_name(t.dtype),
-        "device": str(t.device),
+        "device": device_name(t.device),
         "rg": t.requires_grad,
         "oid": id(t),
     }

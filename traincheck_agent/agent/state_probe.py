@@ -17,7 +17,7 @@ import torch
 from traincheck_agent import faults
 from traincheck_agent.agent import runtime
 from traincheck_agent.agent.clock import TrainingClock
-from traincheck_agent.agent.descriptors import dtype_name
+from traincheck_agent.agent.descriptors import device_name, dtype_name
 from traincheck_agent.agent.model_registry import ModelRegistry
 from traincheck_agent.agent.process_groups import GroupWatch
 from traincheck_agent.fingerprint import fingerprint_tensors
@@ -49,15 +49,6 @@ def _scalar_hyperparams(group: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(value, (tuple, list)) and all(isinstance(v, (int, float)) for v in value):
             out[key] = list(value)
     return out
-
-
-# ``str(device)`` of the devices seen: snapshots name the device of every parameter.
-_device_names: dict[torch.device, str] = {}
-
-
-def _device_name(device: torch.device) -> str:
-    name = _device_names[device] = str(device)
-    return name
 
 
 class StateProbe:
@@ -178,13 +169,11 @@ class StateProbe:
         fps = iter(fingerprint_tensors(tensors))
         extra_attrs = self.policy.param_attributes
         owners = self.registry.param_owner
-        device_names = _device_names
         for (name, p), grad in zip(params, grads, strict=True):
-            device = p.device
             attrs: dict[str, Any] = {
                 "dtype": dtype_name(p.dtype),
                 "shape": list(p.shape),
-                "device": device_names.get(device) or _device_name(device),
+                "device": device_name(p.device),
                 "requires_grad": p.requires_grad,
             }
             if want_data:

@@ -7,8 +7,7 @@ streamed: only the pending ``before`` half of each pair is held until its ``afte
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from traincheck_agent.inference.preconditions import FeatureExample
 from traincheck_agent.inference.stream import Collector, TraceSource
@@ -40,9 +39,9 @@ def value_class(fingerprint: dict[str, Any] | None) -> str:
     return NONZERO
 
 
-@dataclass(frozen=True)
-class TransitionExample(FeatureExample):
-    """What one call of ``event`` did to one attribute of one variable."""
+class TransitionExample(NamedTuple):
+    """What one call of ``event`` did to one attribute of one variable. A named tuple, like
+    every example a collector makes per record: a checker makes dozens per training step."""
 
     event: str
     attribute: str
@@ -61,6 +60,8 @@ class TransitionExample(FeatureExample):
     @property
     def changed(self) -> bool:
         return self.before_hash != self.after_hash
+
+    feature_map = FeatureExample.feature_map
 
 
 def _features(record: dict[str, Any], before: dict[str, Any], first_in_step: bool) -> tuple[tuple[str, Any], ...]:

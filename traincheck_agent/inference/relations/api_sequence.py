@@ -20,8 +20,7 @@ precondition to deduce (the first interval and the receiver already scope the ex
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.stream import Collector as StreamCollector
@@ -34,8 +33,7 @@ MIN_INTERVALS = 5
 MIN_LEADS = 2
 
 
-@dataclass(frozen=True)
-class Interval:
+class Interval(NamedTuple):
     """The outermost calls between the step call of ``step - 1`` and that of ``step``."""
 
     trace: str
@@ -44,8 +42,7 @@ class Interval:
     apis: frozenset[str]
 
 
-@dataclass(frozen=True)
-class FirstSighting:
+class FirstSighting(NamedTuple):
     """The first call of ``api`` with ``flag = value`` on one receiver, and whether the flag's
     other value had been seen on that receiver before it."""
 

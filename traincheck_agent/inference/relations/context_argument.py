@@ -13,8 +13,7 @@ run with grad enabled, or a frozen teacher in train mode under no_grad, keeps th
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from traincheck_agent.inference.call_context import context_features, module_training
 from traincheck_agent.inference.invariant import Invariant
@@ -34,14 +33,15 @@ MIN_PASSING = 5
 MIN_STEPS = 2
 
 
-@dataclass(frozen=True)
-class FlagExample(FeatureExample):
+class FlagExample(NamedTuple):
     api: str
     argument: str
     value: bool
     step: int
     trace: str
     features: tuple[tuple[str, Any], ...]
+
+    feature_map = FeatureExample.feature_map
 
 
 # Tie-break order of precondition fields: the most meaningful explanation first.

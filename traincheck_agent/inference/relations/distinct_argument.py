@@ -9,8 +9,7 @@ the same step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
@@ -30,8 +29,7 @@ MIN_PASSING = 5
 MIN_DISTINCT = 5
 
 
-@dataclass(frozen=True)
-class ArgExample(FeatureExample):
+class ArgExample(NamedTuple):
     api: str
     argument: str
     oid: int
@@ -40,6 +38,8 @@ class ArgExample(FeatureExample):
     repeated: bool
     trace: str
     features: tuple[tuple[str, Any], ...]
+
+    feature_map = FeatureExample.feature_map
 
 
 def _parameter_argument(args: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:

@@ -15,8 +15,7 @@ them: an engine's ``step`` off the accumulation boundary rightly calls no optimi
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from traincheck_agent.inference.call_context import context_features, module_training
 from traincheck_agent.inference.invariant import Invariant
@@ -38,8 +37,7 @@ MIN_PASSING = 5
 MIN_STEPS = 2
 
 
-@dataclass(frozen=True)
-class ContainExample(FeatureExample):
+class ContainExample(NamedTuple):
     """One call of ``api`` and the APIs it called directly."""
 
     api: str
@@ -47,6 +45,8 @@ class ContainExample(FeatureExample):
     step: int
     trace: str
     features: tuple[tuple[str, Any], ...]
+
+    feature_map = FeatureExample.feature_map
 
 
 def _features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:

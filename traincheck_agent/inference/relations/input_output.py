@@ -10,8 +10,7 @@ never varied is a constant of the model (a feature width), not something the cal
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from traincheck_agent.inference.call_context import call_features
 from traincheck_agent.inference.invariant import Invariant
@@ -34,8 +33,7 @@ MIN_SIZES = 2
 _TENSORS = ("Tensor", "Parameter")
 
 
-@dataclass(frozen=True)
-class ShapeExample(FeatureExample):
+class ShapeExample(NamedTuple):
     api: str
     argument: str
     input_shape: tuple[int, ...]
@@ -46,6 +44,8 @@ class ShapeExample(FeatureExample):
 
     def keeps(self, dim: int) -> bool:
         return self.input_shape[dim] == self.output_shape[dim]
+
+    feature_map = FeatureExample.feature_map
 
 
 def _shape(desc: Any) -> tuple[int, ...] | None:

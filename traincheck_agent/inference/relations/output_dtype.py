@@ -8,8 +8,7 @@ autocast context, grad mode, phase, the receiver's class and the input's dtype.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from traincheck_agent.inference.call_context import call_features, receiver_name, tensor_dtype
 from traincheck_agent.inference.invariant import Invariant
@@ -32,14 +31,15 @@ MIN_PASSING = 5
 MIN_STEPS = 2
 
 
-@dataclass(frozen=True)
-class CallExample(FeatureExample):
+class CallExample(NamedTuple):
     api: str
     dtype: str
     step: int
     trace: str
     features: tuple[tuple[str, Any], ...]
     receiver: str = ""  # the module's name, for module calls
+
+    feature_map = FeatureExample.feature_map
 
 
 class Collector(StreamCollector):
