@@ -169,6 +169,7 @@ class StateProbe:
         fps = iter(fingerprint_tensors(tensors))
         extra_attrs = self.policy.param_attributes
         owners = self.registry.param_owner
+        declared = self._declared
         for (name, p), grad in zip(params, grads, strict=True):
             attrs: dict[str, Any] = {
                 "dtype": dtype_name(p.dtype),
@@ -180,7 +181,7 @@ class StateProbe:
                 attrs["data"] = next(fps)
             if want_grad:
                 attrs["grad"] = next(fps) if grad is not None else None
-            if extra_attrs and (p.__dict__ or self._declares(type(p))):
+            if extra_attrs and (p.__dict__ or declared.get(type(p)) or self._declares(type(p))):
                 for attr in extra_attrs:
                     value = getattr(p, attr, None)
                     if value is not None and isinstance(value, (bool, int, float, str)):

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from traincheck_agent.check.cross_rank_checks import CrossRankChecks, ExchangeFactory
 
 Report = Callable[[dict[str, Any]], None]
+# One watch as the records of a kind reach it: its record filter, its collector's feed, its judge.
+Route = tuple[Callable[[dict[str, Any]], bool] | None, Callable[[dict[str, Any]], Any], Callable[[Any, Report], None]]
 
 
 class Watch:
@@ -74,8 +76,9 @@ class OnlineChecker:
         self._exchange_factory = exchange
         self.skipped_relations = [w.relation.RELATION for w in self._rank_watches]
         self._step = -1
-        # Which watches each record kind goes to; set once the header has made the collectors.
-        self._routes: dict[str, list[Watch]] = {}
+        # What each record kind goes to (each watch's filter, collector and judge); set once the
+        # header has made the collectors.
+        self._routes: dict[str, list[Route]] = {}
         self._rank_routes: dict[str, list[Watch]] = {}
 
     @property
@@ -91,12 +94,12 @@ class OnlineChecker:
             self._start(record)
             return
         kind = record.get("kind")
-        for watch in self._routes.get(kind, ()):
-            if watch.accepts is not None and not watch.accepts(record):
+        for accepts, collect, judge in self._routes.get(kind, ()):
+            if accepts is not None and not accepts(record):
                 continue
-            examples = watch.collector.feed(record)
+            examples = collect(record)
             if examples:
-                watch.judge(examples, self.on_violation)
+                judge(examples, self.on_violation)
         cross = self._cross_rank
         if cross is None:
             return
@@ -114,7 +117,7 @@ class OnlineChecker:
         for watch in self._watches:
             watch.collector = watch.relation.Collector(source)
             watch.collector.wanted = frozenset(watch.by_key)
-        self._routes = route_by_kind((w.relation, w) for w in self._watches)
+        self._routes = route_by_kind((w.relation, (w.accepts, w.collector.feed, w.judge)) for w in self._watches)
         if self._rank_watches and int(header.get("world_size", 1) or 1) > 1:
             from traincheck_agent.check.cross_rank_checks import CrossRankChecks, default_exchange
 
