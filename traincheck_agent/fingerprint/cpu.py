@@ -55,7 +55,8 @@ def _pieces(values: torch.Tensor) -> list[torch.Tensor] | tuple[torch.Tensor, ..
 def _float_flags(values: torch.Tensor) -> tuple[bool, bool, float]:
     """(zero, nonfinite, largest magnitude) of a float tensor."""
     zero, nonfinite, amax = True, False, 0.0
-    for piece in _pieces(values):
+    # aminmax reduces a tensor of any shape: only a tensor to be split needs flattening first.
+    for piece in (values,) if values.numel() <= _GRAIN else _pieces(values):
         lo, hi = torch.aminmax(piece)
         lo_f, hi_f = float(lo), float(hi)
         zero = zero and lo_f == 0.0 and hi_f == 0.0
