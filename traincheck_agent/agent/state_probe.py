@@ -181,7 +181,8 @@ class StateProbe:
                 attrs["data"] = next(fps)
             if want_grad:
                 attrs["grad"] = next(fps) if grad is not None else None
-            if extra_attrs and (p.__dict__ or declared.get(type(p)) or self._declares(type(p))):
+            known = declared.get(type(p))  # None until the class was looked at
+            if extra_attrs and (p.__dict__ or known or (known is None and self._declares(type(p)))):
                 for attr in extra_attrs:
                     value = getattr(p, attr, None)
                     if value is not None and isinstance(value, (bool, int, float, str)):
