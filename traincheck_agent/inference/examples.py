@@ -85,6 +85,7 @@ def _features(record: dict[str, Any], before: dict[str, Any], first_in_step: boo
 
 _ABSENT = object()
 FEATURES_MEMO_LIMIT = 1 << 12
+WHERE_MEMO_LIMIT = 256  # distinct snapshot points remembered (a trace has a dozen at most)
 
 
 def update_negligible(attrs: dict[str, Any]) -> bool:
@@ -116,10 +117,12 @@ class TransitionCollector(Collector):
         if record.get("kind") != KIND_STATE or record.get("call") is None:
             return []
         where = record.get("where", "")
-        split = self._where.get(where)
+        split = self._where.get(where) if isinstance(where, str) else None
         if split is None:
             when, _, event = str(where).partition(":")
-            split = self._where[where] = (when, event)
+            split = (when, event)
+            if isinstance(where, str) and len(self._where) < WHERE_MEMO_LIMIT:
+                self._where[where] = split
         when, event = split
         var = record.get("var")
         key = (record["call"], event, var)
