@@ -152,12 +152,8 @@ def fingerprint_cpu_batch(tensors: list[torch.Tensor]) -> list[dict]:
             digest = hexdigest((buffer_types.get(nbytes) or _buffer_type(nbytes)).from_address(address))
             key = (address, nbytes, dtype)
             held = memo.get(key)
-            zero, nonfinite, amax = (held[1] if held is not None and held[0] == digest
-                                     else _memo_flags(key, digest, t))
-            if nonfinite:
-                out.append({"h": PREFIX + ":" + digest, "zero": zero, "nonfinite": True})
-            else:
-                out.append({"h": PREFIX + ":" + digest, "zero": zero, "nonfinite": False, "amax": amax})
+            flags = held[1] if held is not None and held[0] == digest else _memo_flags(key, digest, t)
+            out.append(_record(digest, *flags))
         else:
             out.append(fingerprint_cpu(t))
     return out

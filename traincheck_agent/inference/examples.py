@@ -83,8 +83,6 @@ def _features(record: dict[str, Any], before: dict[str, Any], first_in_step: boo
     return tuple(sorted(out.items()))
 
 
-_ABSENT = object()
-FEATURES_MEMO_LIMIT = 1 << 12
 WHERE_MEMO_LIMIT = 256  # distinct snapshot points remembered (a trace has a dozen at most)
 
 
@@ -111,7 +109,6 @@ class TransitionCollector(Collector):
         self.seen_in_step: set[tuple[str, str]] = set()
         self.step_seen: Any = None
         self._where: dict[Any, tuple[str, str]] = {}  # "before:backward" -> ("before", "backward")
-        self._memo: dict[tuple[Any, ...], tuple[tuple[str, Any], ...]] = {}
 
     def feed(self, record: dict[str, Any]) -> list[TransitionExample]:
         if record.get("kind") != KIND_STATE or record.get("call") is None:
@@ -141,7 +138,7 @@ class TransitionCollector(Collector):
         occurrence = (event, var)
         first_in_step = occurrence not in self.seen_in_step
         self.seen_in_step.add(occurrence)
-        features = self._features(record, attrs, before, first_in_step)
+        features = _features(record, before, first_in_step)
         negligible = update_negligible(before)
         out = []
         for attribute in TENSOR_ATTRS:
@@ -162,25 +159,3 @@ class TransitionCollector(Collector):
                 update_negligible=negligible,
             ))
         return out
-
-    def _features(self, record: dict[str, Any], attrs: dict[str, Any], before: dict[str, Any],
-                  first_in_step: bool) -> tuple[tuple[str, Any], ...]:
-        """``_features``, memoised on what they are made of: the variables of one model give a
-        handful of distinct feature sets, and a snapshot pair makes one example per tensor."""
-        made = [record.get("vtype"), record.get("phase"), record.get("step") == 0, first_in_step]
-        for name in DESCRIPTIVE_ATTRS:
-            value = attrs.get(name, _ABSENT)
-            made += (value, type(value))  # True and 1 are one key, and must stay two features
-        made += [value_class(before[name]) if name in before else _ABSENT for name in TENSOR_ATTRS]
-        made_of = tuple(made)
-        try:
-            return self._memo[made_of]
-        except KeyError:
-            pass
-        except TypeError:  # an unhashable descriptive value
-            return _features(record, before, first_in_step)
-        features = _features(record, before, first_in_step)
-        if len(self._memo) >= FEATURES_MEMO_LIMIT:
-            self._memo.clear()
-        self._memo[made_of] = features
-        return features
