@@ -149,8 +149,9 @@ def test_collectors_skip_only_examples_no_invariant_watches(tmp_path):
 
 
 def test_transition_features_keep_the_type_of_each_descriptive_value():
-    """Features are remembered per combination of their ingredients; ``True`` and ``1`` hash
-    alike but must stay two features (a precondition may have been learned on either)."""
+    """A descriptive value reaches the example's features as it was recorded: ``True`` and ``1``
+    compare and hash alike but must stay two features (a precondition may have been learned on
+    either), whatever the collector keeps between records."""
     from traincheck_agent.inference.examples import TransitionCollector, _features
     from traincheck_agent.inference.stream import TraceSource
 
