@@ -13,8 +13,8 @@ import re
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from traincheck_agent.messages import warn
 from traincheck_agent.policy.parse_cache import default_cache_dir
@@ -139,18 +139,19 @@ def normalise_mode(raw: str | None) -> str | None:
     return value if value in MODES else None
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):
+    """What the environment asks of the agent, read once (``from_env``)."""
+
     mode: str
     out_dir: Path
     policy_files: tuple[Path, ...] = ()
     use_default_policies: bool = True
-    run_id: str = field(default_factory=new_run_id)
+    run_id: str = ""  # from_env always sets it
     flush_interval_s: float = 0.5
     flush_max_records: int = 2000
     max_trace_bytes: int = DEFAULT_MAX_TRACE_MB << 20  # 0: no limit
     skip_programs: tuple[str, ...] = ()
-    host: str = field(default_factory=socket.gethostname)
+    host: str = ""  # from_env always sets it
     # Check mode: the invariants files, what a violation does, and whether to also write the trace.
     invariant_files: tuple[Path, ...] = ()
     action: str = "log"
@@ -172,6 +173,7 @@ class Settings:
             policy_files=_split_paths(env.get("TRAINCHECK_POLICY")),
             use_default_policies=env.get("TRAINCHECK_NO_DEFAULT_POLICIES", "") in ("", "0"),
             run_id=run_id_from(env),
+            host=socket.gethostname(),
             flush_interval_s=_float(env, "TRAINCHECK_FLUSH_INTERVAL", 0.5, 0.01),
             flush_max_records=int(_float(env, "TRAINCHECK_FLUSH_RECORDS", 2000, 1)),
             max_trace_bytes=int(_float(env, "TRAINCHECK_MAX_TRACE_MB", DEFAULT_MAX_TRACE_MB, 0) * 2**20),

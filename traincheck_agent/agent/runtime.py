@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from traincheck_agent import faults
@@ -53,30 +52,34 @@ def next_call_id() -> int:
     return next(_call_ids)
 
 
-@dataclass
 class Runtime:
-    settings: Settings
-    policy: Policy
-    writer: TraceWriter
-    clock: TrainingClock
-    registry: ModelRegistry
-    probe: StateProbe
-    pid: int = field(default_factory=os.getpid)
-    # Set in processes that may turn out to be DataLoader workers (fork or spawn children).
-    worker_check_pending: bool = False
-    errors: int = 0
-    _error_lock: ForkSafeLock = field(default_factory=ForkSafeLock)
-    # Check mode: which calls are recorded (None in collect mode: what the policy says).
-    selection: CallSelection | None = None
-    # Check mode with raise / abort: run the checker at the end of every outermost call, and the
-    # action a violation asked for, run at the next safe point (a wrapped call's entry).
-    sync_check: bool = False
-    # Check mode with the checker in this process: the training thread feeds it each step's
-    # records at the step's end. Handing them to the writer's thread instead costs more: the two
-    # threads trade the interpreter lock, and the checker thread takes a core from torch's.
-    check_at_step_end: bool = False
-    action_pending: Callable[[], BaseException | None] | None = None
-    _action_lock: ForkSafeLock = field(default_factory=ForkSafeLock)
+    """The active agent of this process: its settings, policy, writer, clock, registry and
+    probe, and the check-mode switches the wrappers read on every call."""
+
+    def __init__(self, settings: Settings, policy: Policy, writer: TraceWriter, clock: TrainingClock,
+                 registry: ModelRegistry, probe: StateProbe) -> None:
+        self.settings = settings
+        self.policy = policy
+        self.writer = writer
+        self.clock = clock
+        self.registry = registry
+        self.probe = probe
+        self.pid = os.getpid()
+        # Set in processes that may turn out to be DataLoader workers (fork or spawn children).
+        self.worker_check_pending = False
+        self.errors = 0
+        self._error_lock = ForkSafeLock()
+        # Check mode: which calls are recorded (None in collect mode: what the policy says).
+        self.selection: CallSelection | None = None
+        # Check mode with raise / abort: run the checker at the end of every outermost call, and
+        # the action a violation asked for, run at the next safe point (a wrapped call's entry).
+        self.sync_check = False
+        # Check mode with the checker in this process: the training thread feeds it each step's
+        # records at the step's end. Handing them to the writer's thread instead costs more: the
+        # two threads trade the interpreter lock, and the checker thread takes a core from torch's.
+        self.check_at_step_end = False
+        self.action_pending: Callable[[], BaseException | None] | None = None
+        self._action_lock = ForkSafeLock()
 
     def emit(self, record: dict[str, Any]) -> None:
         self.probe.groups.poll(record.get("step", -1), discover=False)  # groups before the record

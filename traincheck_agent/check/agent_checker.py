@@ -26,9 +26,8 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from traincheck_agent import faults
 from traincheck_agent.agent.dist_info import launcher_facts
@@ -104,8 +103,7 @@ def load_invariant_files(paths: Sequence[Path]) -> tuple[list[Invariant], int]:
     return list(found.values()), usable
 
 
-@dataclass
-class CheckSetup:
+class CheckSetup(NamedTuple):
     """What bootstrap needs to start check mode."""
 
     policy: Policy  # reduced to what the invariants need

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.policy.model import (
@@ -60,8 +60,7 @@ def _stronger(a: str, b: str) -> str:
     return a if DESCRIBE_LEVELS.index(a) >= DESCRIBE_LEVELS.index(b) else b
 
 
-@dataclass(frozen=True)
-class CallSelection:
+class CallSelection(NamedTuple):
     """Which calls the wrappers record in check mode, and at which detail.
 
     ``apis`` maps a recorded API name to its (arguments, return) levels; ``modules`` gives the

@@ -31,7 +31,7 @@ Both are computed on the words with dtype-aware masks (``FlagSpec``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -56,8 +56,7 @@ GOLDEN64 = 0x9E3779B97F4A7C15
 _CHUNK_WORDS = 1 << 20
 
 
-@dataclass(frozen=True)
-class FlagSpec:
+class FlagSpec(NamedTuple):
     """How to read the zero / non-finite flags out of 32-bit words of one dtype.
 
     ``e`` is the element width in bits the non-finite test works on (0: no such test;

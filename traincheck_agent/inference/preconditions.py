@@ -14,8 +14,7 @@ features, so they can never become clauses.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 _MISSING = object()
 MAX_CLAUSES = 3
@@ -41,8 +40,7 @@ PARTIES = "parties."
 MAX_ONE_OF = 3  # a disjunction of more values than this explains nothing
 
 
-@dataclass(frozen=True)
-class Clause:
+class Clause(NamedTuple):
     """One condition on an example's features.
 
     ``CONSTANT``: ``field`` equals ``value``. ``EXIST``: ``field`` is present and not None (e.g.

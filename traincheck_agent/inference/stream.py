@@ -27,10 +27,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 
@@ -38,8 +37,7 @@ Groups = dict[Hashable, list[Any]]
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class TraceSource:
+class TraceSource(NamedTuple):
     """Where a stream of records comes from: the trace's label (its file name), run and rank."""
 
     label: str

@@ -7,6 +7,7 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 # What can be recorded about arguments and return values.
 DESCRIBE_NONE = "none"
@@ -52,8 +53,7 @@ def glob_matcher(patterns: tuple[str, ...]) -> Callable[[str], bool]:
     return lambda name: name in literal or regex.match(name) is not None
 
 
-@dataclass(frozen=True)
-class ApiRule:
+class ApiRule(NamedTuple):
     """Wrap the functions / methods of ``module`` whose names match ``include`` and not ``exclude``.
 
     Names are ``func`` or ``Class.method`` relative to ``module``. A glob in the method part
@@ -73,8 +73,7 @@ class ApiRule:
         return glob_matcher(self.include)(name) and not glob_matcher(self.exclude)(name)
 
 
-@dataclass(frozen=True)
-class StateRule:
+class StateRule(NamedTuple):
     at: str  # one of STATE_POINTS
     items: tuple[str, ...]
     source: str = ""
@@ -88,8 +87,7 @@ class StateRule:
         return self.at.split(":", 1)[1]
 
 
-@dataclass(frozen=True)
-class Sampling:
+class Sampling(NamedTuple):
     """Snapshot state at every step below ``warmup_steps``, then every ``every`` steps."""
 
     warmup_steps: int = 10

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import reduce
-from typing import Any
+from typing import Any, NamedTuple
 
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
@@ -46,8 +45,7 @@ CONSTANT = 0  # the period of an attribute that never changes
 Key = tuple[str, str, str, str]
 
 
-@dataclass(frozen=True)
-class ChangeExample(FeatureExample):
+class ChangeExample(NamedTuple):
     """One attribute of one variable at two consecutive recorded steps of one trace."""
 
     where: str
@@ -60,6 +58,8 @@ class ChangeExample(FeatureExample):
     after: float
     trace: str
     features: tuple[tuple[str, Any], ...]
+
+    feature_map = FeatureExample.feature_map
 
     @property
     def changed(self) -> bool:

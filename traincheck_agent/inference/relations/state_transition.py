@@ -11,8 +11,7 @@ passing example) are not emitted: they describe the variable, not the event.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from traincheck_agent.inference.examples import (
     NONE,
@@ -37,8 +36,7 @@ MIN_PASSING = 5
 MIN_STEPS = 2
 
 
-@dataclass(frozen=True)
-class Effect:
+class Effect(NamedTuple):
     name: str
     holds: Callable[[TransitionExample], bool]
     phrase: str
