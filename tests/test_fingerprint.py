@@ -446,16 +446,16 @@ def test_all_cpu_batch_equals_the_general_path():
     ts = [p, p.grad, sample(torch.float64, (8, 8), seed=3).t(), sample(torch.int64, (7,), seed=4),
           sample(torch.bfloat16, (3, 5), seed=5), torch.zeros(0), torch.tensor(float("nan")),
           torch.tensor([-0.0, 0.0]), torch.tensor([2.0, float("-inf")]), torch.tensor([0.5, -3.0])]
-    cpu._flags_memo.clear()
+    cpu._fingerprint_memo.clear()
     expected = [cpu.fingerprint_cpu(t.detach()) for t in ts]
-    cpu._flags_memo.clear()
+    cpu._fingerprint_memo.clear()
     assert fingerprint_tensors(ts) == expected
     assert fingerprint_tensors(ts) == expected  # second time from the memo
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
-def test_memoised_flags_follow_content_changes_in_place(dtype):
-    """Flags are reused only while the hash is unchanged: an in-place write to the same memory
+def test_memoised_fingerprints_follow_content_changes_in_place(dtype):
+    """Fingerprints are reused only while the hash is unchanged: an in-place write to the same memory
     (no new tensor, no version bump through .data) shows in both the hash and the flags."""
     w = torch.nn.Parameter(torch.ones(64, dtype=dtype))
     first = fingerprint_tensor(w)

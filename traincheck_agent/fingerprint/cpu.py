@@ -93,24 +93,25 @@ def _record(digest: str, zero: bool, nonfinite: bool, amax: float | None) -> dic
     return out
 
 
-# Flags of the last fingerprint taken at each memory span, reused while its hash is unchanged.
-# A snapshot sees most tensors unchanged since the previous point of the step (the grads from
-# after backward until zero_grad, the data from after one step until the next), and the hash
-# pass is cheaper than the flags' reduction. The hash decides, so a reused entry is exactly as
-# fresh as the "unchanged" verdict the checks draw from the same hash.
-_flags_memo: dict[tuple[int, int, torch.dtype], tuple[str, tuple[bool, bool, float]]] = {}
-FLAGS_MEMO_LIMIT = 1 << 14
+# The last fingerprint taken at each memory span, reused while its hash is unchanged. A snapshot
+# sees most tensors unchanged since the previous point of the step (the grads from after
+# backward until zero_grad, the data from after one step until the next), and the hash pass is
+# cheaper than the flags' reduction. The hash decides, so a reused entry is exactly as fresh as
+# the "unchanged" verdict the checks draw from the same hash. Fingerprints are values: records
+# share the reused dict, and nothing downstream changes one.
+_fingerprint_memo: dict[tuple[int, int, torch.dtype], tuple[str, dict]] = {}
+FINGERPRINT_MEMO_LIMIT = 1 << 14
 
 
-def _memo_flags(key: tuple[int, int, torch.dtype], digest: str, t: torch.Tensor) -> tuple[bool, bool, float]:
-    held = _flags_memo.get(key)
+def _memo_fingerprint(key: tuple[int, int, torch.dtype], digest: str, t: torch.Tensor) -> dict:
+    held = _fingerprint_memo.get(key)
     if held is not None and held[0] == digest:
         return held[1]
-    flags = _float_flags(t)
-    if len(_flags_memo) >= FLAGS_MEMO_LIMIT:
-        _flags_memo.clear()
-    _flags_memo[key] = (digest, flags)
-    return flags
+    record = _record(digest, *_float_flags(t))
+    if len(_fingerprint_memo) >= FINGERPRINT_MEMO_LIMIT:
+        _fingerprint_memo.clear()
+    _fingerprint_memo[key] = (digest, record)
+    return record
 
 
 def _fast_float(t: torch.Tensor) -> dict | None:
@@ -122,7 +123,7 @@ def _fast_float(t: torch.Tensor) -> dict | None:
     nbytes = t.numel() * t.element_size()
     address = t.data_ptr()
     digest = xxhash.xxh3_64_hexdigest((ctypes.c_char * nbytes).from_address(address))
-    return _record(digest, *_memo_flags((address, nbytes, dtype), digest, t))
+    return _memo_fingerprint((address, nbytes, dtype), digest, t)
 
 
 # ctypes array types by byte length (``c_char * n`` looks its type up on every call).
@@ -139,10 +140,10 @@ def _buffer_type(nbytes: int) -> type:
 
 def fingerprint_cpu_batch(tensors: list[torch.Tensor]) -> list[dict]:
     """``fingerprint_cpu`` of each tensor. The common case (a contiguous float tensor whose
-    flags are still memoised) is inlined: a snapshot fingerprints dozens of mostly small
+    fingerprint is still memoised) is inlined: a snapshot fingerprints dozens of mostly small
     tensors, where the per-tensor interpreter work outweighs reading the bytes."""
     out = []
-    memo = _flags_memo
+    memo = _fingerprint_memo
     hexdigest = xxhash.xxh3_64_hexdigest
     buffer_types = _buffer_types
     for t in tensors:
@@ -152,8 +153,7 @@ def fingerprint_cpu_batch(tensors: list[torch.Tensor]) -> list[dict]:
             digest = hexdigest((buffer_types.get(nbytes) or _buffer_type(nbytes)).from_address(address))
             key = (address, nbytes, dtype)
             held = memo.get(key)
-            flags = held[1] if held is not None and held[0] == digest else _memo_flags(key, digest, t)
-            out.append(_record(digest, *flags))
+            out.append(held[1] if held is not None and held[0] == digest else _memo_fingerprint(key, digest, t))
         else:
             out.append(fingerprint_cpu(t))
     return out
