@@ -153,3 +153,29 @@ def test_rule_names_match_as_shell_globs():
     plain = glob_matcher(("dropout", "Tensor.normal_"))
     assert plain("dropout") and plain("Tensor.normal_") and not plain("dropout2d") and not plain("Tensor")
     assert not glob_matcher(())("anything")
+
+
+def test_exactly_named_targets_are_found_without_scanning_the_module():
+    """A rule that names every target exactly (check mode's reduced policies) is resolved by
+    name lookups; it must find what a scan of the whole module finds for the same names, for
+    functions, a class's own methods and inherited ones, and nothing for names that are absent."""
+    import torch
+    import torch.nn.functional
+
+    from traincheck_agent.agent import policy_patcher
+    from traincheck_agent.policy.model import ApiRule
+
+    cases = [
+        (torch, ("Tensor.normal_", "Tensor.zero_", "Tensor.no_such_method", "no_such_function")),
+        (torch.nn, ("Module.eval", "Linear.forward", "Linear.train", "Linear.in_features", "Module.T_destination")),
+        (torch.nn.functional, ("dropout", "batch_norm", "Tensor", "F.dropout")),
+    ]
+    for module, names in cases:
+        rule = ApiRule(id="t", module=module.__name__, include=names)
+        named = sorted((n, id(o), a) for n, o, a in policy_patcher.candidates(module, rule))
+        # The same rule with one glob that matches nothing takes the scanning path.
+        scanning = rule._replace(include=(*names, "no_such_*"))
+        scanned = sorted((n, id(o), a) for n, o, a in policy_patcher.candidates(module, scanning) if rule.matches(n))
+        assert named == scanned, module.__name__
+    found = {n for n, _, _ in policy_patcher.candidates(torch.nn, ApiRule("t", "torch.nn", cases[1][1]))}
+    assert found == {"Module.eval", "Linear.forward", "Linear.train"}

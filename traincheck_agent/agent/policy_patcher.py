@@ -41,8 +41,15 @@ def _is_function(obj: Any) -> bool:
     )
 
 
+def _is_method(member: Any) -> bool:
+    return isinstance(member, _METHOD_TYPES) or is_traced(member)
+
+
 def candidates(module: types.ModuleType, rule: ApiRule) -> Iterator[tuple[str, Any, str]]:
     """Yield (relative name, owner, attribute) for every target of ``rule`` in ``module``."""
+    if not any(_GLOB_CHARS & set(pattern) for pattern in rule.include):
+        yield from _named_candidates(module, rule)
+        return
     namespace = vars(module)
     class_matches = glob_matcher(tuple(sorted({p.split(".", 1)[0] for p in rule.include if "." in p})))
     for name, obj in list(namespace.items()):
@@ -50,7 +57,7 @@ def candidates(module: types.ModuleType, rule: ApiRule) -> Iterator[tuple[str, A
             if not class_matches(name):
                 continue
             for attr, member in list(vars(obj).items()):
-                if isinstance(member, _METHOD_TYPES) or is_traced(member):
+                if _is_method(member):
                     yield f"{name}.{attr}", obj, attr
             for pattern in rule.include:  # exact methods inherited from a base class
                 cls_pat, _, meth = pattern.partition(".")
@@ -59,6 +66,26 @@ def candidates(module: types.ModuleType, rule: ApiRule) -> Iterator[tuple[str, A
                     yield f"{name}.{meth}", obj, meth
         elif _is_function(obj):
             yield name, module, name
+
+
+def _named_candidates(module: types.ModuleType, rule: ApiRule) -> Iterator[tuple[str, Any, str]]:
+    """``candidates`` of a rule that names every target exactly (what check mode's reduced
+    policies hold): each is looked up by name instead of scanning the module, whose namespace
+    can hold thousands of names (``torch``'s does)."""
+    namespace = vars(module)
+    for pattern in dict.fromkeys(rule.include):
+        name, _, attr = pattern.partition(".")
+        obj = namespace.get(name)
+        if not attr:
+            if obj is not None and not inspect.isclass(obj) and _is_function(obj):
+                yield name, module, name
+        elif inspect.isclass(obj) and "." not in attr:
+            member = vars(obj).get(attr)
+            if member is not None:
+                if _is_method(member):
+                    yield pattern, obj, attr
+            elif callable(getattr(obj, attr, None)):  # inherited from a base class
+                yield pattern, obj, attr
 
 
 def apply_rules(module: types.ModuleType, rules: list[ApiRule], policy: Policy) -> int:
