@@ -29,9 +29,10 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from traincheck_agent.trace.reader import TraceFile, find_trace_files
+if TYPE_CHECKING:  # the reader is for reading trace files, which a checking process never does
+    from traincheck_agent.trace.reader import TraceFile
 
 Groups = dict[Hashable, list[Any]]
 T = TypeVar("T")
@@ -91,6 +92,8 @@ def route_by_kind(targets: Iterable[tuple[ModuleType, T]]) -> dict[str, list[T]]
 
 def collect_all(relations: Iterable[ModuleType], paths: Iterable[str | Path]) -> dict[str, Groups]:
     """The example groups of every relation, from one pass over each trace under ``paths``."""
+    from traincheck_agent.trace.reader import TraceFile, find_trace_files
+
     relations = list(relations)
     out: dict[str, Groups] = {r.RELATION: defaultdict(list) for r in relations}
     for path in find_trace_files(paths):
