@@ -90,6 +90,8 @@ class ModelRegistry:
 
     def ddp_grad_sync(self) -> bool:
         """False while a DDP wrapper is in ``no_sync`` (its backward will not all-reduce)."""
+        if not self.ddp_wrappers:  # no DDP: spare the copy of an empty set at every backward
+            return True
         return all(getattr(w, "require_backward_grad_sync", True) for w in list(self.ddp_wrappers))
 
     def accumulating(self) -> bool:
