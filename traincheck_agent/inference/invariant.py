@@ -7,6 +7,7 @@ from an invariant's content, so the same invariant has the same id in every file
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -70,7 +71,7 @@ class Invariant:
     description: str = field(default="", compare=False)
     sources: tuple[str, ...] = field(default=(), compare=False)
 
-    @property
+    @functools.cached_property  # frozen: the id cannot go stale (computed for every report and file)
     def id(self) -> str:
         body = json.dumps(
             {"relation": self.relation, "subject": self.subject,
