@@ -7,9 +7,17 @@ those, and the training loop's ratio).
   and us per record, and the checker's first build there (relation modules, collectors);
 - ``snapshots``: the six state snapshots of a training step (before and after ``zero_grad``,
   ``backward`` and the optimizer step), taken through the live agent of a check-mode process
-  after a few steps: us per step.
+  after a few steps: us per step;
+- ``in_loop``: what the agent adds to a training step of the example's loop, where torch's own
+  work runs between the agent's (its caches and branch history lost in between): one check-mode
+  process switches the agent off and on in alternating blocks of steps (switched off, every
+  wrapper passes straight through) and takes the difference of each pair of blocks' median
+  step times; the median over the pairs is immune to the machine's drift that whole-run
+  comparisons suffer. The same with the judging and / or the snapshots switched off tells
+  what each costs inside the loop. A block's first step is left out: the agent did not see the
+  step before it.
 
-    python scripts/bench_check_parts.py [--repeats 20]
+    python scripts/bench_check_parts.py [--repeats 20] [--loop-steps 400 --block 10 --loop-runs 3]
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_check_overhead import write_invariant_files  # noqa: E402
+from bench_check_overhead import violations_in, write_invariant_files  # noqa: E402
 
 from traincheck_agent.examples import cnn_train  # noqa: E402
 
@@ -110,9 +119,78 @@ SNAPSHOTS = textwrap.dedent("""
 """)
 
 
+IN_LOOP = textwrap.dedent("""
+    import json, runpy, statistics, sys, time
+    import torch
+    from torch.utils.data import DataLoader
+    from traincheck_agent.agent import runtime
+    from traincheck_agent.agent.state_probe import StateProbe
+    from traincheck_agent.check.agent_checker import CheckSink
+    example = runpy.run_path({example!r}, run_name="cnn_example")  # its classes, not its main()
+    example["SmallCNN"].__module__ = "__main__"  # named as in the references, run as a script
+    without = set(filter(None, sys.argv[1].split(",")))
+    if "snapshots" in without:
+        StateProbe.snapshot = lambda self, *args, **kwargs: None
+    if "judging" in without:
+        CheckSink._feed_here = lambda self, records: None
+    steps, block = int(sys.argv[2]), int(sys.argv[3])
+    torch.manual_seed(0)
+    model = example["SmallCNN"]()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    batches = iter(DataLoader(example["synthetic_data"](steps * 32, 0), batch_size=32, shuffle=True,
+                              generator=torch.Generator().manual_seed(0)))
+    agent = runtime.current
+    blocks = {{True: [], False: []}}
+    for step in range(steps):
+        agent_on = (step // block) % 2 == 0
+        runtime.current = agent if agent_on else None
+        start = time.perf_counter()
+        images, labels = next(batches)
+        model.train()
+        optimizer.zero_grad()
+        loss = loss_fn(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        loss.item()
+        elapsed = time.perf_counter() - start
+        if step % block == 0:
+            blocks[agent_on].append([])
+        else:
+            blocks[agent_on][-1].append(elapsed)
+    runtime.current = agent
+    pairs = [statistics.median(a) - statistics.median(b) for a, b in zip(blocks[True], blocks[False])]
+    on = [t for b in blocks[True] for t in b]
+    off = [t for b in blocks[False] for t in b]
+    print(json.dumps({{"overhead_ms": statistics.median(pairs) * 1e3, "on_ms": statistics.median(on) * 1e3,
+                      "off_ms": statistics.median(off) * 1e3}}))
+""")
+
+
+def in_loop(invariants: Path, out_dir: Path, steps: int, block: int, runs: int) -> dict[str, object]:
+    """Per-step cost of the agent in the loop, whole and without judging / snapshots (ms): the
+    median of ``runs`` processes each."""
+    variants = {"agent": "", "without_judging": "judging", "without_snapshots": "snapshots",
+                "without_both": "judging,snapshots"}
+    found: dict[str, list[dict]] = {label: [] for label in variants}
+    for run in range(runs):
+        for label, without in variants.items():  # interleaved: drift hits every variant alike
+            env = _env("check", out_dir / f"{label}{run}", invariants)
+            found[label].append(_python(IN_LOOP.format(example=EXAMPLE), env, without, str(steps), str(block)))
+    report: dict[str, object] = {}
+    for label, results in found.items():
+        report[f"{label}_ms_per_step"] = round(statistics.median(r["overhead_ms"] for r in results), 3)
+    report["plain_ms_per_step"] = round(statistics.median(r["off_ms"] for r in found["agent"]), 3)
+    report["violations"] = sum(violations_in(out_dir / f"agent{run}") for run in range(runs))
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=20, help="replays of the records (the median counts)")
+    parser.add_argument("--loop-steps", type=int, default=400, help="steps of each in-loop process")
+    parser.add_argument("--block", type=int, default=10, help="steps per on / off block in the loop")
+    parser.add_argument("--loop-runs", type=int, default=3, help="in-loop processes per variant")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
@@ -126,6 +204,7 @@ def main() -> None:
             "invariants": n_invariants,
             "judging": _python(JUDGING, _env(None, tmp, invariants), str(invariants), str(clean), str(args.repeats)),
             "snapshots": _python(SNAPSHOTS.format(example=EXAMPLE), _env("check", tmp / "snap", invariants)),
+            "in_loop": in_loop(invariants, tmp / "loop", args.loop_steps, args.block, args.loop_runs),
         }
     print(json.dumps(report, indent=2))
 
