@@ -69,15 +69,15 @@ def candidates(module: types.ModuleType, rule: ApiRule) -> Iterator[tuple[str, A
 
 
 def _named_candidates(module: types.ModuleType, rule: ApiRule) -> Iterator[tuple[str, Any, str]]:
-    """``candidates`` of a rule that names every target exactly (what check mode's reduced
-    policies hold): each is looked up by name instead of scanning the module, whose namespace
-    can hold thousands of names (``torch``'s does)."""
+    """``candidates`` of a rule that names every target exactly (most default rules, and every
+    rule of check mode's reduced policies): each is looked up by name instead of scanning the
+    module, whose namespace can hold thousands of names (``torch``'s does)."""
     namespace = vars(module)
     for pattern in dict.fromkeys(rule.include):
         name, _, attr = pattern.partition(".")
         obj = namespace.get(name)
         if not attr:
-            if obj is not None and not inspect.isclass(obj) and _is_function(obj):
+            if _is_function(obj):
                 yield name, module, name
         elif inspect.isclass(obj) and "." not in attr:
             member = vars(obj).get(attr)
