@@ -192,6 +192,9 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=10, help="steps per on / off block in the loop")
     parser.add_argument("--loop-runs", type=int, default=3, help="in-loop processes per variant")
     args = parser.parse_args()
+    if args.block < 2 or args.loop_steps < 4 * args.block:
+        parser.error("--block must be 2 or more (a block's first step is left out), and --loop-steps at "
+                     "least four blocks")
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         invariants, _, n_invariants = write_invariant_files(tmp, 50)
