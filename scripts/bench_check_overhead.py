@@ -7,6 +7,11 @@ process wall time, training-loop time and peak RSS of the training process
 (``run_measured`` of ``bench_collect_overhead.py``) and the CPU time the training process used
 (steadier than wall time on a shared machine), then, in one more untimed run per mode,
 the peak memory of the process tree (the checker process included).
+The report starts with the machine: its CPU, cores, and the time of a fixed piece of pure-Python
+work of the kind the agent does per record (building small dicts, method calls), at the start and
+at the end. The agent's cost
+is interpreter work while most of a plain step is torch's compiled kernels, so the ratio grows on a
+machine whose interpreter is slow for its kernels: compare figures of two machines with it.
 Ratios are medians of per-repeat ratios against the plain run of the same repeat; for wall time
 the quartiles of those ratios show the spread. Check variants:
 - ``check``: every invariant learned from the references, as a user gets it
@@ -27,12 +32,15 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import contextlib
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -66,6 +74,49 @@ def write_invariant_files(tmp: Path, steps: int) -> tuple[Path, Path, int]:
     return every, only, len(invariants)
 
 
+def python_work_ms(repeats: int = 7) -> float:
+    """Median time of a fixed pure-Python workload (100k small dicts built and read)."""
+    def work() -> int:
+        total = 0
+        for i in range(100_000):
+            record = {"kind": "state", "step": i, "var": "w"}
+            total += record.get("step", 0)
+        return total
+
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return round(statistics.median(times) * 1e3, 1)
+
+
+def machine() -> dict[str, object]:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {"cpu": model or platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "python": platform.python_version(), "python_work_ms": python_work_ms()}
+
+
+def compile_agent_bytecode() -> None:
+    """Bytecode as an install leaves it (pip compiles on install, but not where the environment
+    says PYTHONDONTWRITEBYTECODE): the agent's package and the libraries only it imports, which
+    check mode would otherwise compile from source in every run."""
+    import orjson
+    import psutil
+    import wrapt
+    import xxhash
+    import yaml
+
+    compileall.compile_dir(Path(traincheck_agent.__file__).parent, quiet=1)
+    for module in (orjson, psutil, wrapt, xxhash, yaml):
+        compileall.compile_dir(Path(module.__file__).parent, quiet=1)
+
+
 def violations_in(out_dir: Path) -> int:
     return sum(len(p.read_text().splitlines()) for p in out_dir.glob("violations-*.jsonl"))
 
@@ -83,6 +134,7 @@ def main() -> None:
     if args.threads:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
 
+    host = machine()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         every, step_only, n_invariants = write_invariant_files(tmp, args.steps)
@@ -102,9 +154,7 @@ def main() -> None:
             modes = {label: spec for label, spec in modes.items() if label in chosen}
         samples: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
         violations: dict[str, int] = {m: 0 for m in modes if m.startswith("check")}
-        # Bytecode as an install leaves it (pip compiles on install; a source checkout may run
-        # with PYTHONDONTWRITEBYTECODE), and a warm file cache.
-        compileall.compile_dir(Path(traincheck_agent.__file__).parent, quiet=1)
+        compile_agent_bytecode()  # and a warm file cache:
         run_measured(None, args.steps, tmp / "warm")
         run_measured("check", args.steps, tmp / "warm_check", {"TRAINCHECK_INV": str(every)})
         for i in range(args.repeats):
@@ -135,7 +185,8 @@ def main() -> None:
         q = statistics.quantiles(values, n=4)
         return [round(q[0], 3), round(q[2], 3)]
 
-    report: dict[str, object] = {"steps": args.steps, "repeats": args.repeats, "threads": args.threads or "default",
+    host["python_work_ms_at_end"] = python_work_ms()  # the machine's speed drifts on a shared host
+    report: dict[str, object] = {"machine": host, "steps": args.steps, "repeats": args.repeats, "threads": args.threads or "default",
                                  "invariants": n_invariants,
                                  "violations_in_clean_check_runs": violations}
     for key in ("wall_s", "cpu_s", "train_s", "peak_rss_mb"):
