@@ -9,9 +9,9 @@ process wall time, training-loop time and peak RSS of the training process
 the peak memory of the process tree (the checker process included).
 The report starts with the machine: its CPU, cores, and the time of a fixed piece of pure-Python
 work of the kind the agent does per record (building small dicts, method calls), at the start and
-at the end. The agent's cost
-is interpreter work while most of a plain step is torch's compiled kernels, so the ratio grows on a
-machine whose interpreter is slow for its kernels: compare figures of two machines with it.
+at the end. The agent's cost is interpreter work while most of a plain step is torch's compiled
+kernels, so the ratio grows on a machine whose interpreter is slow for its kernels: compare
+figures of two machines with it.
 Ratios are medians of per-repeat ratios against the plain run of the same repeat; for wall time
 the quartiles of those ratios show the spread. Check variants:
 - ``check``: every invariant learned from the references, as a user gets it
@@ -154,7 +154,8 @@ def main() -> None:
             modes = {label: spec for label, spec in modes.items() if label in chosen}
         samples: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
         violations: dict[str, int] = {m: 0 for m in modes if m.startswith("check")}
-        compile_agent_bytecode()  # and a warm file cache:
+        compile_agent_bytecode()
+        # A warm file cache.
         run_measured(None, args.steps, tmp / "warm")
         run_measured("check", args.steps, tmp / "warm_check", {"TRAINCHECK_INV": str(every)})
         for i in range(args.repeats):
