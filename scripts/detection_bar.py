@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from traincheck_agent.check.triage import triage
-from traincheck_agent.check.violations import violation_record
+from bar_runs import Run, check, collect, points_at
+
 from traincheck_agent.examples import cnn_train, transformer_lm
-from traincheck_agent.inference.engine import check_offline, infer_invariants
+from traincheck_agent.inference.engine import infer_invariants
 
 PIPELINES = Path(__file__).resolve().parent.parent / "tests" / "pipelines"
 MLP, SPECTRAL, DDP, TP = (str(PIPELINES / n) for n in ("mlp_train.py", "spectral_train.py", "ddp_train.py",
@@ -33,26 +31,19 @@ CNN, LM = cnn_train.__file__, transformer_lm.__file__
 
 
 @dataclass(frozen=True)
-class Run:
-    script: str
-    args: tuple[str, ...] = ()
-    ranks: int = 1
-
-
-@dataclass(frozen=True)
 class Case:
     name: str
     references: tuple[Run, ...]
     bug: Run
     fault_step: int  # the first step whose state or calls the fault affects
-    cause: tuple[str, str]  # (relation, text the top group's subject or pattern must contain)
+    cause: tuple[tuple[str, ...], str]  # (relations, text the top group's subject or pattern must contain)
     clean: tuple[Run, ...] = ()  # correct variants of the pipeline: they must raise nothing
 
 
 CASES = (
     Case("optimizer over frozen parameters: step updates nothing",
          (Run(MLP, ("--steps", "8")), Run(MLP, ("--steps", "6", "--seed", "2", "--freeze-backbone"))),
-         Run(MLP, ("--steps", "4", "--bug", "optimizer-over-frozen")), 0, ("StateTransition", "optimizer.step"),
+         Run(MLP, ("--steps", "4", "--bug", "optimizer-over-frozen")), 0, (("GradApplied", "StateTransition"), "optimizer.step"),
          (Run(MLP, ("--steps", "5", "--optimizer", "sgd", "--seed", "3", "--lr", "0.005")),
           Run(MLP, ("--steps", "4", "--accumulate", "4", "--seed", "4")),
           Run(MLP, ("--steps", "5", "--freeze-backbone", "--seed", "5")),
@@ -60,71 +51,56 @@ CASES = (
     Case("zero_grad forgotten: gradients accumulate",
          (Run(CNN, ("--steps", "10", "--optimizer", "adadelta")),),
          Run(CNN, ("--steps", "4", "--optimizer", "adadelta", "--bug", "no-zero-grad")), 1,
-         ("StateTransition", "backward"),
+         (("StateTransition",), "backward"),
          (Run(CNN, ("--steps", "6", "--optimizer", "adadelta", "--seed", "3", "--batch-size", "16")),)),
     Case("eval forward before any training forward with spectral norm",
          (Run(SPECTRAL, ("--seed", "0")), Run(SPECTRAL, ("--seed", "1", "--eval-every", "2"))),
-         Run(SPECTRAL, ("--bug", "eval-before-train", "--seed", "4")), -1, ("APISequence", "compute_weight"),
+         Run(SPECTRAL, ("--bug", "eval-before-train", "--seed", "4")), -1, (("APISequence",), "compute_weight"),
          (Run(SPECTRAL, ("--seed", "5", "--steps", "5", "--eval-every", "1")),)),
     Case("DDP replicas drift after a dtype round trip of the wrapped model",
          (Run(DDP, ("--steps", "6"), 2),), Run(DDP, ("--steps", "4", "--bug", "dtype-roundtrip"), 2), 0,
-         ("CrossRankConsistent", ""),
+         (("CrossRankConsistent",), ""),
          (Run(DDP, ("--steps", "4", "--accumulate", "2", "--seed", "3"), 2), Run(DDP, ("--steps", "8", "--seed", "1"), 2))),
     Case("tensor parallelism: replicated grads clipped on one rank (BLOOM-176B)",
-         (Run(TP, (), 2),), Run(TP, ("--bug", "clip-on-one-rank"), 2), 0, ("CrossRankConsistent", "model.0"),
+         (Run(TP, (), 2),), Run(TP, ("--bug", "clip-on-one-rank"), 2), 0, (("CrossRankConsistent",), "model.0"),
          (Run(TP, ("--steps", "4"), 2),)),
     Case("a layer escapes autocast: float32 inside the bf16 region",
          (Run(LM, ("--steps", "4", "--autocast", "bf16")), Run(LM, ("--steps", "4"))),
          Run(LM, ("--steps", "2", "--autocast", "bf16", "--bug", "escape-autocast")), 0,
-         ("ConsistentOutput", "Sequential"),
+         (("ConsistentOutput",), "Sequential"),
          (Run(LM, ("--steps", "3", "--autocast", "bf16", "--seed", "4", "--batch-size", "4")),)),
     Case("the same tensor initialised twice with normal_",
          (Run(MLP, ("--steps", "3", "--init", "normal")), Run(MLP, ("--steps", "3", "--init", "normal", "--seed", "4"))),
-         Run(MLP, ("--steps", "2", "--bug", "double-init")), -1, ("DistinctArgument", "normal_"),
+         Run(MLP, ("--steps", "2", "--bug", "double-init")), -1, (("DistinctArgument",), "normal_"),
          (Run(MLP, ("--steps", "2", "--init", "normal", "--seed", "9")),)),
     Case("dropout still active in eval mode",
          (Run(CNN, ("--steps", "12", "--eval-every", "4", "--optimizer", "adadelta")),
           Run(CNN, ("--steps", "12", "--eval-every", "3", "--seed", "2", "--optimizer", "adadelta"))),
          Run(CNN, ("--steps", "8", "--eval-every", "4", "--optimizer", "adadelta", "--bug", "dropout-in-eval")), 4,
-         ("ContextArgument", "dropout"),
+         (("ContextArgument",), "dropout"),
          (Run(CNN, ("--steps", "6", "--eval-every", "2", "--seed", "7", "--batch-size", "16", "--optimizer",
                     "adadelta")),)),
 )
 
 
-def collect(run: Run, out: Path) -> Path:
-    env = dict(os.environ, TRAINCHECK_MODE="collect", TRAINCHECK_OUT=str(out), OMP_NUM_THREADS="1")
-    launcher = ["-m", "torch.distributed.run", f"--nproc_per_node={run.ranks}", "--standalone"] if run.ranks > 1 else []
-    proc = subprocess.run([sys.executable, *launcher, run.script, *run.args], env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{run.script} {' '.join(run.args)} failed:\n{proc.stderr[-2000:]}")
-    return out
-
-
 def evaluate(case: Case, root: Path) -> dict:
     refs = [collect(run, root / f"ref{i}") for i, run in enumerate(case.references)]
     invariants, _ = infer_invariants(refs)
-    by_id = {inv.id: inv for inv in invariants}
-    violations = check_offline(invariants, [collect(case.bug, root / "bug")])
-    records = [violation_record(v, by_id.get(v["invariant"]), rank=(v.get("ranks") or [0])[0], run_id=None)
-               for v in violations]
-    groups = triage(records, by_id)
-    top = groups[0] if groups else None
-    relation, text = case.cause
-    points_at_cause = top is not None and top.relation == relation and any(
-        text in field for field in (top.subject, top.pattern, top.expected, *top.variables, *top.apis))
-    first = min((v["step"] for v in violations), default=None)
-    false_alarms = {" ".join(run.args): len(check_offline(invariants, [collect(run, root / f"clean{i}")]))
+    verdict = check(invariants, collect(case.bug, root / "bug"))
+    top, first = verdict.top, verdict.first_step
+    relations, text = case.cause
+    points_at_cause = points_at(top, relations, [text])
+    false_alarms = {" ".join(run.args): len(check(invariants, collect(run, root / f"clean{i}")).violations)
                     for i, run in enumerate(case.clean)}
     return {
         "bug": case.name,
         "invariants": len(invariants),
-        "caught": bool(violations),
-        "violations": len(violations),
+        "caught": bool(verdict.violations),
+        "violations": len(verdict.violations),
         "fault_step": case.fault_step,
         "first_violation_step": first,
         "within_one_iteration": first is not None and first <= case.fault_step + 1,
-        "top_group": None if top is None else f"{top.relation}: {top.expected}"[:160],
+        "top_group": verdict.top_text(),
         "top_group_points_at_cause": points_at_cause,
         "clean_variants": len(false_alarms),
         "false_alarms": {args: n for args, n in false_alarms.items() if n},

@@ -55,9 +55,14 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     return runs
 
 
-def _records(out: Path) -> list[dict]:
+def _lines(out: Path) -> list[dict]:
     return [json.loads(line) for path in sorted(out.glob("violations-*.jsonl"))
             for line in path.read_text().splitlines()]
+
+
+def _records(out: Path) -> list[dict]:
+    """The violation records (the stats record of what was not covered left out)."""
+    return [r for r in _lines(out) if r.get("event") != "coverage"]
 
 
 @pytest.fixture(scope="module")
@@ -100,17 +105,33 @@ def test_optimizer_over_frozen_parameters_top_group_is_the_cause(frozen_check, r
     invariants = {i.id: i for i in read_invariants(runs["inv"])}
     groups = triage(_records(out), invariants)
     top = groups[0]
-    assert top.relation == "StateTransition" and top.subject == "optimizer.step"
-    assert "optimizer.step changes the data" in top.expected
+    assert top.relation == "GradApplied" and top.subject == "optimizer.step"
+    assert "is changed by an optimizer step" in top.expected
     assert top.first_step == 0 and top.ranks == [0]
-    assert top.pattern == "model.backbone.*.{bias,weight}"
-    assert top.variables == ["model.backbone.0.bias", "model.backbone.0.weight",
-                             "model.backbone.2.bias", "model.backbone.2.weight"]
+    assert top.pattern == "model.head.{bias,weight}"
+    assert top.variables == ["model.head.bias", "model.head.weight"]
     assert top.rank_reason.startswith("ranked first")
     # The summary on stdout shows the same group first.
     lines = proc.stdout.splitlines()
     first = lines[lines.index("groups, likely root cause first:") + 1]
-    assert first.startswith("  1. StateTransition optimizer.step: model.backbone.*.{bias,weight}  steps 0-2")
+    assert first.startswith("  1. GradApplied optimizer.step: model.head.{bias,weight}  steps 0-2")
+
+
+def test_examples_outside_the_references_domain_are_counted_not_judged(frozen_check):
+    """The frozen backbone's parameters are in the buggy optimizer, so zero_grad sees
+    requires_grad=False, which no reference showed it: counted in a stats record and in the
+    output, never a violation."""
+    proc, out = frozen_check
+    stats = [r for r in _lines(out) if r.get("event") == "coverage"]
+    assert len(stats) == 1
+    record = stats[0]
+    assert record["severity_text"] == "INFO" and record["body"] == record["message"]
+    assert "outside the references' domain (requires_grad=False never seen for zero_grad)" in record["body"]
+    outside = record["attributes"]["traincheck.examples_not_covered"]
+    assert outside == sum(record["coverage"]["outside"].values()) > 0
+    assert record["attributes"]["traincheck.examples_checked"] == sum(record["coverage"]["checked"].values())
+    assert record["body"] in proc.stdout
+    assert not [r for r in _records(out) if "zero_grad" in r["message"] and r["variable"].startswith("model.backbone")]
 
 
 def test_stderr_is_rate_limited_and_the_jsonl_keeps_everything(frozen_check):
@@ -120,7 +141,7 @@ def test_stderr_is_rate_limited_and_the_jsonl_keeps_everything(frozen_check):
     for record in records:
         per_invariant[record["invariant"]] = per_invariant.get(record["invariant"], 0) + 1
     busy = [inv for inv, n in per_invariant.items() if n > 3]
-    assert busy  # 4 frozen parameters x 3 steps
+    assert busy  # 2 head parameters x 3 steps
     stderr = proc.stderr.splitlines()
     for inv, n in per_invariant.items():
         shown = [line for line in stderr if line.startswith("[traincheck] violation at ") and f"invariant {inv} " in line]
@@ -132,9 +153,10 @@ def test_stderr_is_rate_limited_and_the_jsonl_keeps_everything(frozen_check):
         else:
             assert summary == []
     line = next(line for line in stderr if line.startswith("[traincheck] violation"))
-    assert re.match(r"\[traincheck\] violation at rank 0 step 0: expected optimizer\.step changes the data.*; "
-                    r"got violated by model\.backbone\.\d\.\w+ at step 0 .*; variable model\.backbone\.\d\.\w+; "
-                    r"invariant st-[0-9a-f]{12} \(StateTransition\)$", line), line
+    assert re.match(r"\[traincheck\] violation at rank 0 step 0: expected every parameter that backward gives a "
+                    r"non-zero grad is changed by an optimizer step.*; got model\.head\.\w+ had a non-zero grad at "
+                    r"step 0 that no optimizer step applied .*; variable model\.head\.\w+; "
+                    r"invariant ga-[0-9a-f]{12} \(GradApplied\)$", line), line
 
 
 def test_forgotten_zero_grad_top_group_is_about_grads_at_step_1(runs, tmp_path):

@@ -197,6 +197,7 @@ class CheckSink:
         self.violated: dict[str, int] = {}
         self.records: list[dict[str, Any]] = []  # the first ones, for the summary's triage
         self.acted_on: set[str] = set()
+        self.coverage: Any = None  # a Coverage, once closed
         self.errors = 0
         self.broken = False
         self.closed = False
@@ -257,6 +258,7 @@ class CheckSink:
                     self.checker.finish()
                 except Exception as exc:
                     self._error("checker", exc)
+            self._log_coverage()
             if self.log is not None:
                 try:
                     self.log.close()
@@ -264,6 +266,26 @@ class CheckSink:
                     self._error("violation-log", exc)
             say(self.summary())
             debug(f"check mode: {self.fed} records checked")
+
+    def _log_coverage(self) -> None:
+        """Gather what every checker judged and left uncovered; write the stats record when
+        some examples were outside the references' domain."""
+        from traincheck_agent.inference.coverage import Coverage
+
+        coverage = Coverage()
+        try:
+            if self.process is not None:
+                coverage.merge(self.process.coverage)
+            if self.checker is not None:
+                coverage.merge(self.checker.coverage.to_json())
+            self.coverage = coverage
+            if coverage.totals()[1] and self.log is not None:
+                from traincheck_agent.check.violations import coverage_record
+
+                self.log.stats(coverage_record(coverage.to_json(), coverage.summary(self.by_id), rank=self.rank,
+                                               run_id=self.run_id, host=self.host))
+        except Exception as exc:
+            self._error("violation-log", exc)
 
     def after_fork(self) -> None:
         """A forked child checks its own records from its own header on, in its own thread."""
@@ -395,19 +417,21 @@ class CheckSink:
 
     def summary(self) -> str:
         """The end-of-run line (without the ``[traincheck]`` prefix): how many violations of how
-        many invariants, and where."""
+        many invariants, and where; how many examples were outside the references' domain."""
         checked = f"{len(self.invariants)} invariants checked"
         if self.broken:
             return (f"check summary (rank {self.rank}): checking stopped after {self.errors} checker errors; "
                     f"{self.violations} violations found before")
+        covered = self.coverage.summary(self.by_id) if self.coverage is not None else ""
+        covered = f"; {covered}" if covered else ""
         if not self.violations:
-            return f"check summary (rank {self.rank}): no violations ({checked}, {self.fed} records)"
+            return f"check summary (rank {self.rank}): no violations ({checked}, {self.fed} records){covered}"
         worst = sorted(self.violated.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
         top = ", ".join(f"{inv} x{n}" for inv, n in worst) + (", ..." if len(self.violated) > 3 else "")
         where = getattr(self.log, "path", None)
         return (f"check summary (rank {self.rank}): {self.violations} violations of "
-                f"{len(self.violated)} invariants ({top}); {checked}" + (f"; details in {where}" if where else "")
-                + self._likely_cause())
+                f"{len(self.violated)} invariants ({top}); {checked}{covered}"
+                + (f"; details in {where}" if where else "") + self._likely_cause())
 
     def _likely_cause(self) -> str:
         """The top-ranked group of the first violations, as ``traincheck report`` would rank it."""

@@ -84,6 +84,7 @@ class CheckerProcess:
         self.on_lost = on_lost
         self.proc: subprocess.Popen[bytes] | None = None
         self.fed: int | None = None  # records the child checked, once it is done
+        self.coverage: dict[str, Any] = {}  # its examples judged / not covered (Coverage.to_json)
         self._stdin: int | None = None
         self._reader: threading.Thread | None = None
 
@@ -155,6 +156,9 @@ class CheckerProcess:
             elif "error" in message:
                 self.on_error(str(message["error"]))
             elif "done" in message:
+                coverage = message["done"].get("coverage")
+                if isinstance(coverage, dict):
+                    self.coverage = coverage
                 self.fed = int(message["done"].get("fed", 0))
         if self.fed is None:
             code = proc.wait()

@@ -11,7 +11,8 @@ Protocol, one JSON document per line:
 * stdin: first ``{"invariants": [...]}`` (``Invariant.to_json``), then one JSON array of records
   per batch, in the training process's order, header first. End of input ends the run.
 * stdout: ``{"violation": {...}}`` per violation, ``{"error": "..."}`` per contained checker
-  error, and last ``{"done": {"fed": <records checked>}}``.
+  error, and last ``{"done": {"fed": <records checked>, "coverage": {...}}}`` (``Coverage.to_json``:
+  examples judged and outside the references' domain, per invariant).
 
 SIGINT and SIGTERM are ignored: a Ctrl-C or a launcher's SIGTERM reaches the whole process
 group, and this process must still judge what the trainer flushes on its way out. It ends when
@@ -67,7 +68,7 @@ def serve(source: IO[bytes], sink: IO[bytes]) -> int:
         checker.finish()
     except Exception as exc:
         error("checker", exc)
-    pending.append(_line({"done": {"fed": fed}}))
+    pending.append(_line({"done": {"fed": fed, "coverage": checker.coverage.to_json()}}))
     sink.write(b"".join(pending))
     sink.flush()
     return fed

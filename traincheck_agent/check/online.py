@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from traincheck_agent import faults
 from traincheck_agent.inference import relations
+from traincheck_agent.inference.coverage import Coverage, violations_of
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.stream import Collector, TraceSource, route_by_kind
 from traincheck_agent.trace.schema import KIND_HEADER
@@ -40,8 +41,9 @@ Route = tuple[Callable[[dict[str, Any]], bool] | None, Callable[[dict[str, Any]]
 class Watch:
     """One relation's collector and the invariants watching each of its example groups."""
 
-    def __init__(self, relation: ModuleType, invariants: list[Invariant]) -> None:
+    def __init__(self, relation: ModuleType, invariants: list[Invariant], coverage: Coverage | None = None) -> None:
         self.relation = relation
+        self.coverage = coverage
         self.by_key: dict[Hashable, list[Invariant]] = defaultdict(list)
         for inv in invariants:
             self.by_key[relation.invariant_key(inv)].append(inv)
@@ -51,11 +53,10 @@ class Watch:
             None if record_filter is None else record_filter(invariants))
 
     def judge(self, examples: Any, report: Report) -> None:
-        relation = self.relation
+        relation, coverage = self.relation, self.coverage
         for example in examples:
-            for inv in self.by_key.get(relation.key_of(example), ()):
-                if relation.violates(inv, example):
-                    report({"invariant": inv.id, "relation": inv.relation, **relation.violation(inv, example)})
+            for inv in violations_of(relation, self.by_key.get(relation.key_of(example), ()), example, coverage):
+                report({"invariant": inv.id, "relation": inv.relation, **relation.violation(inv, example)})
 
     def watched(self, item: Any) -> bool:
         return self.relation.key_of(item) in self.by_key
@@ -70,8 +71,11 @@ class OnlineChecker:
             by_relation[inv.relation].append(inv)
         self.unknown_relations = sorted(set(by_relation) - set(relations.MODULES))
         watched = relations.load(by_relation)
-        self._watches = [Watch(r, by_relation[r.RELATION]) for r in watched if not hasattr(r, "HALF")]
-        self._rank_watches = [Watch(r, by_relation[r.RELATION]) for r in watched if hasattr(r, "HALF")]
+        # Examples judged, and outside the references' domain, per invariant (the summary's).
+        self.coverage = Coverage()
+        self._watches = [Watch(r, by_relation[r.RELATION], self.coverage) for r in watched if not hasattr(r, "HALF")]
+        self._rank_watches = [Watch(r, by_relation[r.RELATION], self.coverage) for r in watched
+                              if hasattr(r, "HALF")]
         self._cross_rank: CrossRankChecks | None = None
         self._exchange_factory = exchange
         self.skipped_relations = [w.relation.RELATION for w in self._rank_watches]

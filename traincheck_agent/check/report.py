@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from traincheck_agent.check.triage import Group, triage
-from traincheck_agent.check.violations import VIOLATIONS_GLOB, what_happened
+from traincheck_agent.check.violations import COVERAGE_EVENT, VIOLATIONS_GLOB, what_happened
 from traincheck_agent.messages import warn
 from traincheck_agent.output_files import make_output_dir
 
@@ -68,10 +68,31 @@ def read_violation_file(path: Path) -> list[dict[str, Any]]:
     return records
 
 
-def read_violations(root: Path) -> tuple[list[dict[str, Any]], list[Path]]:
+def read_violations(root: Path, stats: list[dict[str, Any]] | None = None
+                    ) -> tuple[list[dict[str, Any]], list[Path]]:
+    """The violation records under ``root`` and the files read; stats records (``event:
+    coverage``) are left out, and appended to ``stats`` when given."""
     files = find_violation_files(root)
-    records = [record for path in files for record in read_violation_file(path)]
+    records = []
+    for path in files:
+        for record in read_violation_file(path):
+            if record.get("event") == COVERAGE_EVENT:
+                if stats is not None:
+                    stats.append(record)
+            else:
+                records.append(record)
     return records, files
+
+
+def coverage_text(stats: list[dict[str, Any]]) -> str:
+    """The stats records' coverage in one sentence, "" when every example was covered."""
+    from traincheck_agent.inference.coverage import Coverage
+
+    coverage = Coverage()
+    for record in stats:
+        if isinstance(record.get("coverage"), dict):
+            coverage.merge(record["coverage"])
+    return coverage.summary()
 
 
 def _e(value: Any) -> str:
@@ -330,9 +351,9 @@ def _group_card(number: int, group: Group) -> str:
 
 
 def render_report(records: list[dict[str, Any]], source: str, files: list[Path] | None = None,
-                  groups: list[Group] | None = None) -> str:
+                  groups: list[Group] | None = None, coverage: str = "") -> str:
     """The HTML report of ``records`` (violation records of any ranks), grouped by
-    :func:`triage` unless ``groups`` is given."""
+    :func:`triage` unless ``groups`` is given; ``coverage``: what was not covered, in words."""
     groups = triage(records) if groups is None else groups
     kept = [r for g in groups for r in g.records]  # de-duplicated
     ranks = sorted({_rank(r) for r in kept})
@@ -349,6 +370,8 @@ def render_report(records: list[dict[str, Any]], source: str, files: list[Path] 
         f"<h1>traincheck report</h1><p class=\"muted\">{_e(source)}"
         + (f" &middot; run {_e(', '.join(runs))}" if runs else "")
         + (f" &middot; {len(files)} violations file(s)" if files is not None else "") + "</p>"
+        + (f'<p class="muted">Not covered: {_e(coverage)}. Examples outside the contexts the clean references '
+           "showed are counted, never judged.</p>" if coverage else "")
     )
     if not groups:
         body = '<p class="ok">No violations recorded: every checked invariant held.</p>'
@@ -384,9 +407,10 @@ def write_report(root: Path, output: Path) -> tuple[int, int, int, int]:
     """Read the violations under ``root``, write the report to ``output``; returns the numbers
     of records, distinct violations (a violation reported by several ranks counts once),
     groups and files."""
-    records, files = read_violations(root)
+    stats: list[dict[str, Any]] = []
+    records, files = read_violations(root, stats)
     groups = triage(records)
-    page = render_report(records, str(root), files, groups)
+    page = render_report(records, str(root), files, groups, coverage_text(stats))
     make_output_dir(output.parent)
     output.write_text(page, encoding="utf-8")
     return len(records), sum(g.count for g in groups), len(groups), len(files)

@@ -141,6 +141,14 @@ def _state_transition(req: Requirements, inv: Invariant, policy: Policy) -> None
         req.need_state(before, _items_for(policy, before, other))
 
 
+def _grad_applied(req: Requirements, inv: Invariant, policy: Policy) -> None:
+    # The grads backward leaves, and the data (and grad, for negligible updates) around steps.
+    req.need_state("after:backward", _items_for(policy, "after:backward", "grad"))
+    for point in ("before:optimizer.step", "after:optimizer.step"):
+        req.need_state(point, _items_for(policy, point, "data"))
+    req.need_state("before:optimizer.step", _items_for(policy, "before:optimizer.step", "grad"))
+
+
 def _periodic(req: Requirements, inv: Invariant, policy: Policy) -> None:
     point, vtype = inv.subject["event"], inv.subject["vtype"]
     item = _ITEM_OF_VTYPE.get(vtype)
@@ -210,6 +218,7 @@ def _input_output(req: Requirements, inv: Invariant, policy: Policy) -> None:
 
 RELATION_NEEDS: dict[str, Callable[[Requirements, Invariant, Policy], None]] = {
     "StateTransition": _state_transition,
+    "GradApplied": _grad_applied,
     "ConsistentOutput": _consistent_output,
     "DistinctArgument": _distinct_argument,
     "ContextArgument": _context_argument,

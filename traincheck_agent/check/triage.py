@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from traincheck_agent.inference.invariant import Invariant
 
 STEP_WINDOW = 50
-STATE_RELATIONS = frozenset({"StateTransition", "CrossRankConsistent", "CrossRankValue",
+STATE_RELATIONS = frozenset({"StateTransition", "GradApplied", "CrossRankConsistent", "CrossRankValue",
                              "VarPeriodicChange", "ConsistentInputOutput", "ConsistentOutput"})
 ORDERING_RELATIONS = frozenset({"APISequence", "EventContain", "ContextArgument",
                                 "DistinctArgument", "Threshold"})

@@ -189,6 +189,30 @@ def format_line(record: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+COVERAGE_EVENT = "coverage"  # the ``event`` of the stats record that closes a check's log
+
+
+def coverage_record(coverage: dict[str, Any], summary: str, *, rank: int, run_id: str | None,
+                    host: str | None = None) -> dict[str, Any]:
+    """The stats record of a check (``event: coverage``): per invariant, the examples judged and
+    those outside the references' domain (``Coverage.to_json``), with the summary as its body.
+    Log pipelines take it as an INFO line; ``traincheck report`` shows it."""
+    ns = time.time_ns()
+    checked = sum(v for v in coverage.get("checked", {}).values() if isinstance(v, int))
+    outside = sum(v for v in coverage.get("outside", {}).values() if isinstance(v, int))
+    resource = {"service.name": SERVICE_NAME, "host.name": host if host is not None else _host_name(),
+                "process.pid": os.getpid()}
+    return {
+        "timestamp": iso_utc(ns), "time_unix_nano": ns, "severity": "INFO", "severity_text": "INFO",
+        "severity_number": SEVERITY_NUMBERS["INFO"], "event": COVERAGE_EVENT, "rank": rank, "run_id": run_id,
+        "body": summary, "message": summary, "coverage": coverage,
+        "attributes": {"traincheck.event": COVERAGE_EVENT, "traincheck.rank": rank,
+                       "traincheck.examples_checked": checked, "traincheck.examples_not_covered": outside,
+                       **({"traincheck.run_id": run_id} if run_id is not None else {}), **resource},
+        "resource": resource,
+    }
+
+
 class ViolationLog:
     """Appends every violation to ``violations-<rank>.jsonl`` and shows it on ``stream``,
     at most ``stderr_limit`` lines per invariant (the rest are counted, and summarised by
@@ -225,6 +249,11 @@ class ViolationLog:
                 except Exception:  # a malformed record must not break training
                     line = f"{PREFIX} violation of {invariant}"
                 self._say(line)
+
+    def stats(self, record: dict[str, Any]) -> None:
+        """Write a stats record (``coverage_record``) to the file only."""
+        with self._lock:
+            self._write(record)
 
     def close(self) -> dict[str, int]:
         """Say how many violations of each invariant were not shown; return the number of
@@ -270,5 +299,6 @@ class ViolationLog:
             pass
 
 
-__all__ = ["SERVICE_NAME", "SEVERITY_NUMBERS", "VIOLATIONS_GLOB", "ViolationLog", "expected_of",
+__all__ = ["COVERAGE_EVENT", "SERVICE_NAME", "SEVERITY_NUMBERS", "VIOLATIONS_GLOB", "ViolationLog",
+           "coverage_record", "expected_of",
            "format_line", "iso_utc", "violation_record", "violations_path", "what_happened"]

@@ -94,8 +94,9 @@ def _clear_old(out: Path) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     from traincheck_agent.check.triage import triage
-    from traincheck_agent.check.violations import ViolationLog, violation_record
+    from traincheck_agent.check.violations import ViolationLog, coverage_record, violation_record
     from traincheck_agent.cli.progress import ProgressBar
+    from traincheck_agent.inference.coverage import Coverage
     from traincheck_agent.inference.engine import check_offline
     from traincheck_agent.inference.invariant import InvariantFileError
     from traincheck_agent.trace.reader import TraceFormatError, find_trace_files
@@ -125,7 +126,8 @@ def run_check(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     bar = ProgressBar("checking", enabled=args.progress)
     try:
-        violations = check_offline(invariants.values(), files, bar.update)
+        coverage = Coverage()
+        violations = check_offline(invariants.values(), files, bar.update, coverage)
     except (FileNotFoundError, TraceFormatError) as exc:
         return fail(str(exc))
     except OSError as exc:
@@ -146,6 +148,14 @@ def run_check(args: argparse.Namespace) -> int:
             logs[rank] = ViolationLog(args.out, rank)
         logs[rank].report(record)
         records.append(record)
+    covered = coverage.summary(invariants)
+    if covered:
+        rank = min(logs) if logs else _rank_of({}, headers)
+        header = _run_of(rank, {}, headers)
+        if rank not in logs:
+            logs[rank] = ViolationLog(args.out, rank)
+        logs[rank].stats(coverage_record(coverage.to_json(), covered, rank=rank, run_id=header.get("run_id"),
+                                         host=header.get("host")))
     for log in logs.values():
         log.close()
     took = time.perf_counter() - started
@@ -153,6 +163,8 @@ def run_check(args: argparse.Namespace) -> int:
     out = sys.stdout
     out.write(f"checked {len(files)} trace file(s) against {len(invariants)} invariants "
               f"in {took:.2f} s\n")
+    if covered:
+        out.write(f"{covered}\n")
     if not records:
         out.write("no violations\n")
         return 0

@@ -54,7 +54,8 @@ _last_features: tuple[Any, tuple[tuple[str, Any], ...]] = (None, ())
 
 def call_features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """The context of a call record that preconditions may use: ``context_features`` plus the
-    receiver's type (``self.type``) and the first tensor argument's dtype (``input.dtype``)."""
+    receiver's type (``self.type``) and the first tensor argument's dtype and number of dims
+    (``input.dtype``, ``input.ndim``)."""
     global _last_features
     last = _last_features
     if last[0] is record:
@@ -75,5 +76,13 @@ def _call_features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
             dtype = tensor_dtype(desc)
             if dtype is not None:
                 out["input.dtype"] = dtype
+                shape = desc.get("shape") if desc.get("t") in ("Tensor", "Parameter") else None
+                if isinstance(shape, list):
+                    out["input.ndim"] = len(shape)
                 break
     return tuple(sorted(out.items()))
+
+
+# The context a call invariant is judged in (see ``preconditions.domain_of``): an output dtype
+# learned without autocast says nothing under it, nor a kept batch dim about an unbatched input.
+CALL_DOMAIN = ("autocast", "grad_enabled", "phase", "self.type", "input.dtype", "input.ndim")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from traincheck_agent.inference import relations
+from traincheck_agent.inference.coverage import Coverage
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.stream import check, collect_all
 from traincheck_agent.trace.reader import TraceFile, find_trace_files, reading_session
@@ -61,8 +62,9 @@ def infer_invariants(paths: Iterable[str | Path], progress: Progress | None = No
 
 
 def check_offline(invariants: Iterable[Invariant], paths: Iterable[str | Path],
-                  progress: Progress | None = None) -> list[dict[str, Any]]:
-    """Violations of ``invariants`` in the traces at ``paths``, earliest step first."""
+                  progress: Progress | None = None, coverage: Coverage | None = None) -> list[dict[str, Any]]:
+    """Violations of ``invariants`` in the traces at ``paths``, earliest step first; examples
+    outside an invariant's domain are not judged, and counted in ``coverage`` when given."""
     files = find_trace_files(paths)
     by_relation: dict[str, list[Invariant]] = {}
     for inv in invariants:
@@ -73,6 +75,6 @@ def check_offline(invariants: Iterable[Invariant], paths: Iterable[str | Path],
     violations: list[dict[str, Any]] = []
     for relation in wanted:
         for inv in by_relation[relation.RELATION]:
-            for example in check(relation, inv, examples[relation.RELATION]):
+            for example in check(relation, inv, examples[relation.RELATION], coverage):
                 violations.append({"invariant": inv.id, "relation": inv.relation, **relation.violation(inv, example)})
     return sorted(violations, key=lambda v: (v["step"], v["invariant"], v.get("variable", "")))

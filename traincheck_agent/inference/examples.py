@@ -97,6 +97,13 @@ def update_negligible(attrs: dict[str, Any]) -> bool:
     return g < NEGLIGIBLE_EPSILONS * eps * d
 
 
+def touched_by_backward(after: dict[str, Any]) -> bool:
+    """Whether a backward reached the variable: it requires grad and has one afterwards. A
+    frozen parameter, or one whose module took no part in this forward (a block that stochastic
+    depth skipped), is none of backward's business."""
+    return after.get("requires_grad") is not False and ("grad" not in after or after["grad"] is not None)
+
+
 class TransitionCollector(Collector):
     """Pairs each ``after:<event>`` snapshot with the ``before`` one of the same call and
     variable; only the pending ``before`` halves are held."""
@@ -130,6 +137,10 @@ class TransitionCollector(Collector):
         before = self.pending.pop(key, None)
         if when != "after" or before is None:
             return []
+        if event == "backward" and not touched_by_backward(attrs):
+            return []
+        if event == "optimizer.step" and "grad" in before and before["grad"] is None:
+            return []  # a step leaves a parameter without a grad alone (GradApplied sees the rest)
         step = record.get("step", -1)
         if step != self.step_seen:
             self.step_seen = step

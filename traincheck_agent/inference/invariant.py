@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import traincheck_agent
-from traincheck_agent.inference.preconditions import Clause
+from traincheck_agent.inference.preconditions import Clause, Domain
 from traincheck_agent.input_files import read_limited
 
 FILE_FORMAT = "traincheck-invariants"
@@ -35,6 +35,7 @@ ID_PREFIXES = {
     "EventContain": "ec",
     "ConsistentInputOutput": "io",
     "CrossRankValue": "cv",
+    "GradApplied": "ga",
 }
 
 # The subject fields each relation reads when it checks (a file missing one would fail later,
@@ -51,6 +52,7 @@ SUBJECT_FIELDS = {
     "EventContain": ("api", "child"),
     "ConsistentInputOutput": ("api", "dim"),
     "CrossRankValue": ("api", "position", "form"),
+    "GradApplied": ("event", "attribute", "effect"),
 }
 NAME_FIELDS = ("api", "event", "child", "between", "argument", "attribute", "variable", "vtype",
                "form", "property", "op", "effect", "position")
@@ -70,6 +72,9 @@ class Invariant:
     support: dict[str, int] = field(default_factory=dict, compare=False)
     description: str = field(default="", compare=False)
     sources: tuple[str, ...] = field(default=(), compare=False)
+    # For each context feature the relation names, the values the passing examples showed:
+    # an example with another value is outside what the references cover, and not judged.
+    domain: dict[str, list[Any]] = field(default_factory=dict, compare=False)
 
     @functools.cached_property  # frozen: the id cannot go stale (computed for every report and file)
     def id(self) -> str:
@@ -81,8 +86,13 @@ class Invariant:
         prefix = ID_PREFIXES.get(self.relation, self.relation[:2].lower())
         return f"{prefix}-{hashlib.sha256(body.encode()).hexdigest()[:12]}"
 
+    @functools.cached_property
+    def domain_sets(self) -> Domain:
+        """The domain as a checker reads it: (feature, set of values seen) pairs."""
+        return tuple((name, frozenset(values)) for name, values in sorted(self.domain.items()))
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "id": self.id,
             "relation": self.relation,
             "subject": self.subject,
@@ -91,6 +101,9 @@ class Invariant:
             "description": self.description,
             "sources": list(self.sources),
         }
+        if self.domain:
+            out["domain"] = {name: list(values) for name, values in sorted(self.domain.items())}
+        return out
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> Invariant:
@@ -101,6 +114,7 @@ class Invariant:
             support=dict(raw.get("support", {})),
             description=str(raw.get("description", "")),
             sources=tuple(raw.get("sources", [])),
+            domain={str(k): list(v) for k, v in raw.get("domain", {}).items()},
         )
 
 
@@ -201,6 +215,19 @@ def _subject_problem(relation: str, subject: dict[str, Any]) -> str:
     return ""
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _domain_problem(domain: Any) -> str:
+    """What is wrong with an invariant's domain, or "": an object of lists of scalars."""
+    if not isinstance(domain, dict):
+        return f"expected an object, got {type(domain).__name__}"
+    for name, values in domain.items():
+        if not isinstance(values, list) or not all(isinstance(v, _SCALARS) for v in values):
+            return f"{str(name)[:80]!r} should be a list of scalar values"
+    return ""
+
+
 def read_invariants(path: str | Path) -> list[Invariant]:
     """Read and validate an invariants file; errors name the file and the entry."""
     path = Path(path)
@@ -217,6 +244,9 @@ def read_invariants(path: str | Path) -> list[Invariant]:
             raise InvariantFileError(path, where, f"expected an object, got {type(raw).__name__}")
         _require(raw, "relation", str, path, where)
         _require(raw, "subject", dict, path, where)
+        problem = _domain_problem(raw.get("domain", {}))
+        if problem:
+            raise InvariantFileError(path, f"{where}.domain", problem)
         for j, clause in enumerate(_require(raw, "precondition", list, path, where)):
             if not isinstance(clause, dict) or "field" not in clause or "value" not in clause:
                 raise InvariantFileError(path, f"{where}.precondition[{j}]", "expected an object with field and value")

@@ -120,6 +120,10 @@ def collect(relation: ModuleType, paths: Iterable[str | Path]) -> Groups:
     return collect_all([relation], paths)[relation.RELATION]
 
 
-def check(relation: ModuleType, invariant: Any, groups: Groups) -> list[Any]:
-    """The examples of ``groups`` that violate ``invariant``."""
-    return [e for e in groups.get(relation.invariant_key(invariant), []) if relation.violates(invariant, e)]
+def check(relation: ModuleType, invariant: Any, groups: Groups, coverage: Any = None) -> list[Any]:
+    """The examples of ``groups`` that violate ``invariant`` inside its domain (those outside it
+    are counted in ``coverage``, a ``coverage.Coverage``, when given)."""
+    from traincheck_agent.inference.coverage import violations_of
+
+    return [e for e in groups.get(relation.invariant_key(invariant), [])
+            if any(True for _ in violations_of(relation, (invariant,), e, coverage))]

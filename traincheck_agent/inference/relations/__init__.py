@@ -23,6 +23,7 @@ MODULES = {
     "EventContain": "event_contain",
     "ConsistentInputOutput": "input_output",
     "CrossRankValue": "cross_rank_values",
+    "GradApplied": "grad_applied",
 }
 
 

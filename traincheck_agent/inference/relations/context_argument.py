@@ -19,7 +19,8 @@ from traincheck_agent.inference.call_context import context_features, module_tra
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     FeatureExample,
-    deduce,
+    deduce_scopes,
+    domain_of,
     holds_all,
     with_condition,
 )
@@ -115,19 +116,23 @@ def infer(groups: dict[tuple[str, str], list[FlagExample]], sources: tuple[str, 
             passing = [e for e in group if e.value is value]
             if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
                 continue
-            precondition = deduce([e.feature_map() for e in passing],
-                                  [e.feature_map() for e in group if e.value is not value], PRIORITY)
-            if not precondition:  # None: not explained by the context; []: cannot happen here
-                continue
-            invariants.append(Invariant(
-                relation=RELATION,
-                subject={"api": api, "argument": argument, "value": value},
-                precondition=tuple(precondition),
-                support={"passing": len(passing), "excluded": len(group) - len(passing),
-                         "steps": len({e.step for e in passing})},
-                description=with_condition(f"{api} is called with {argument}={value}", precondition),
-                sources=sources,
-            ))
+            features = [e.feature_map() for e in passing]
+            for scope in deduce_scopes(features, [e.feature_map() for e in group if e.value is not value],
+                                       [e.trace for e in passing], PRIORITY):
+                kept = [passing[i] for i in scope.passing]
+                precondition = scope.precondition
+                if not precondition or len(kept) < MIN_PASSING or len({e.step for e in kept}) < MIN_STEPS:
+                    continue  # []: not explained by the context (cannot happen: both values occur)
+                invariants.append(Invariant(
+                    relation=RELATION,
+                    subject={"api": api, "argument": argument, "value": value},
+                    precondition=tuple(precondition),
+                    support={"passing": len(kept), "excluded": len(group) - len(kept),
+                             "steps": len({e.step for e in kept})},
+                    description=with_condition(f"{api} is called with {argument}={value}", precondition),
+                    sources=sources,
+                    domain=domain_of([features[i] for i in scope.passing], PRIORITY),
+                ))
     return invariants
 
 

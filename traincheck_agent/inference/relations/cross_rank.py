@@ -30,7 +30,8 @@ from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     PARTIES,
     FeatureExample,
-    deduce,
+    deduce_scopes,
+    domain_of,
     holds_all,
     scoped,
     with_condition,
@@ -60,6 +61,8 @@ SCOPE_FEATURES = ("grad_sync",)
 SCALAR_VTYPES = ("param_group", "optimizer_settings")
 MIN_PASSING = 5
 MIN_STEPS = 2
+# The context an invariant is judged in (see ``preconditions.domain_of``).
+DOMAIN_FIELDS = ("vtype", "phase", "grad_sync", *DESCRIPTIVE_ATTRS)
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class RankExample(FeatureExample):
     group: str = WORLD  # the family of process groups compared within
     odd_ranks: tuple[int, ...] = ()  # when most ranks agree: the ranks that differ from them
     values: tuple[tuple[int, str], ...] = ()  # a scalar attribute's value on each rank
+    run: str = ""  # the reference run, for merging references (``deduce_scopes``)
 
 
 
@@ -176,7 +180,7 @@ def finalize(groups: dict[tuple[str, str], list[RankSnapshot]]) -> dict[tuple[st
         for s in snapshots:
             joined[(s.run, s.where, s.var, s.step, s.occurrence, s.attribute)][s.rank] = s
     out: dict[tuple[str, str], list[RankExample]] = defaultdict(list)
-    for (_, where, var, step, _, attribute), every_rank in joined.items():
+    for (run, where, var, step, _, attribute), every_rank in joined.items():
         for family, by_rank in within_groups(every_rank):
             if len(by_rank) < 2:
                 continue
@@ -187,7 +191,8 @@ def finalize(groups: dict[tuple[str, str], list[RankSnapshot]]) -> dict[tuple[st
                                             if d is not None and d.startswith(SCALAR_PREFIX))
             out[(where, attribute)].append(RankExample(
                 where, attribute, var, step, ranks, equal,
-                _example_features([by_rank[r].features for r in ranks]), family, _odd_ranks(digests), values))
+                _example_features([by_rank[r].features for r in ranks]), family, _odd_ranks(digests), values,
+                run))
     return out
 
 
@@ -213,36 +218,42 @@ def _example_features(per_rank: list[tuple[tuple[str, Any], ...]]) -> tuple[tupl
 def infer(groups: dict[tuple[str, str], list[RankExample]], sources: tuple[str, ...]) -> list[Invariant]:
     invariants = []
     for (where, attribute), examples in sorted(groups.items()):
-        world: Invariant | None = None
+        world: list[Invariant] = []
         for family, group in by_family(examples):
-            invariant = _hypothesis(where, attribute, family, group, sources)
-            if invariant is None or (family != WORLD and implied_by_world(world, invariant)):
-                continue
-            invariants.append(invariant)
-            world = invariant if family == WORLD else world
+            found = _hypotheses(where, attribute, family, group, sources)
+            if family != WORLD:
+                found = [inv for inv in found if not any(implied_by_world(w, inv) for w in world)]
+            invariants += found
+            world = found if family == WORLD else world
     return invariants
 
 
-def _hypothesis(where: str, attribute: str, family: str, group: list[RankExample], sources: tuple[str, ...]
-                ) -> Invariant | None:
+def _hypotheses(where: str, attribute: str, family: str, group: list[RankExample], sources: tuple[str, ...]
+                ) -> list[Invariant]:
     passing = [e for e in group if e.equal]
     if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
-        return None
-    precondition = deduce([e.feature_map() for e in passing], [e.feature_map() for e in group if not e.equal])
-    if precondition is None:
-        return None
-    precondition = scoped(precondition, [e.feature_map() for e in passing], SCOPE_FEATURES)
+        return []
+    features = [e.feature_map() for e in passing]
     description = f"the {attribute} of each same-named variable is equal on {describe_family(family)} at {where}"
     subject = {"event": where, "attribute": attribute} | family_subject(family)
-    return Invariant(
-        relation=RELATION,
-        subject=subject,
-        precondition=tuple(precondition),
-        support={"passing": len(passing), "excluded": len(group) - len(passing),
-                 "steps": len({e.step for e in passing}), "variables": len({e.var for e in passing})},
-        description=with_condition(description, precondition),
-        sources=sources,
-    )
+    out = []
+    for scope in deduce_scopes(features, [e.feature_map() for e in group if not e.equal], [e.run for e in passing]):
+        kept = [passing[i] for i in scope.passing]
+        if len(kept) < MIN_PASSING or len({e.step for e in kept}) < MIN_STEPS:
+            continue
+        kept_features = [features[i] for i in scope.passing]
+        precondition = scoped(scope.precondition, kept_features, SCOPE_FEATURES)
+        out.append(Invariant(
+            relation=RELATION,
+            subject=subject,
+            precondition=tuple(precondition),
+            support={"passing": len(kept), "excluded": len(group) - len(kept),
+                     "steps": len({e.step for e in kept}), "variables": len({e.var for e in kept})},
+            description=with_condition(description, precondition),
+            sources=sources,
+            domain=domain_of(kept_features, DOMAIN_FIELDS),
+        ))
+    return out
 
 
 def violates(invariant: Invariant, e: RankExample) -> bool:

@@ -14,7 +14,8 @@ from typing import Any, NamedTuple
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     FeatureExample,
-    deduce,
+    deduce_scopes,
+    domain_of,
     holds_all,
     with_condition,
 )
@@ -87,19 +88,23 @@ def infer(groups: dict[str, list[ArgExample]], sources: tuple[str, ...]) -> list
         passing = [e for e in group if not e.repeated]
         if len(passing) < MIN_PASSING or len({(e.trace, e.oid) for e in passing}) < MIN_DISTINCT:
             continue
-        precondition = deduce([e.feature_map() for e in passing], [e.feature_map() for e in group if e.repeated])
-        if precondition is None:
-            continue
-        description = f"{api} never receives the same parameter twice in one step"
-        invariants.append(Invariant(
-            relation=RELATION,
-            subject={"api": api, "argument": passing[0].argument},
-            precondition=tuple(precondition),
-            support={"passing": len(passing), "excluded": len(group) - len(passing),
-                     "steps": len({e.step for e in passing})},
-            description=with_condition(description, precondition),
-            sources=sources,
-        ))
+        features = [e.feature_map() for e in passing]
+        for scope in deduce_scopes(features, [e.feature_map() for e in group if e.repeated],
+                                   [e.trace for e in passing]):
+            kept = [passing[i] for i in scope.passing]
+            if len(kept) < MIN_PASSING or len({(e.trace, e.oid) for e in kept}) < MIN_DISTINCT:
+                continue
+            description = f"{api} never receives the same parameter twice in one step"
+            invariants.append(Invariant(
+                relation=RELATION,
+                subject={"api": api, "argument": kept[0].argument},
+                precondition=tuple(scope.precondition),
+                support={"passing": len(kept), "excluded": len(group) - len(kept),
+                         "steps": len({e.step for e in kept})},
+                description=with_condition(description, scope.precondition),
+                sources=sources,
+                domain=domain_of([features[i] for i in scope.passing], ("phase",)),
+            ))
     return invariants
 
 

@@ -21,7 +21,8 @@ from traincheck_agent.inference.call_context import context_features, module_tra
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     FeatureExample,
-    deduce,
+    deduce_scopes,
+    domain_of,
     holds_all,
     scoped,
     with_condition,
@@ -33,6 +34,8 @@ from traincheck_agent.trace.schema import KIND_CALL
 RELATION = "EventContain"
 READS = (KIND_CALL,)  # the record kinds its collector reads
 SCOPE_FEATURES = ("accumulating",)
+# The context an invariant is judged in (see ``preconditions.domain_of``).
+DOMAIN_FIELDS = ("phase", "grad_enabled", "autocast", "self.training")
 MIN_PASSING = 5
 MIN_STEPS = 2
 
@@ -86,20 +89,24 @@ def infer(groups: dict[str, list[ContainExample]], sources: tuple[str, ...]) -> 
             passing = [e for e in group if child in e.children]
             if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
                 continue
-            precondition = deduce([e.feature_map() for e in passing],
-                                  [e.feature_map() for e in group if child not in e.children])
-            if precondition is None:
-                continue
-            precondition = scoped(precondition, [e.feature_map() for e in passing], SCOPE_FEATURES)
-            invariants.append(Invariant(
-                relation=RELATION,
-                subject={"api": api, "child": child},
-                precondition=tuple(precondition),
-                support={"passing": len(passing), "excluded": len(group) - len(passing),
-                         "steps": len({e.step for e in passing})},
-                description=with_condition(f"every {api} call calls {child}", precondition),
-                sources=sources,
-            ))
+            features = [e.feature_map() for e in passing]
+            for scope in deduce_scopes(features, [e.feature_map() for e in group if child not in e.children],
+                                       [e.trace for e in passing]):
+                kept = [passing[i] for i in scope.passing]
+                if len(kept) < MIN_PASSING or len({e.step for e in kept}) < MIN_STEPS:
+                    continue
+                kept_features = [features[i] for i in scope.passing]
+                precondition = scoped(scope.precondition, kept_features, SCOPE_FEATURES)
+                invariants.append(Invariant(
+                    relation=RELATION,
+                    subject={"api": api, "child": child},
+                    precondition=tuple(precondition),
+                    support={"passing": len(kept), "excluded": len(group) - len(kept),
+                             "steps": len({e.step for e in kept})},
+                    description=with_condition(f"every {api} call calls {child}", precondition),
+                    sources=sources,
+                    domain=domain_of(kept_features, DOMAIN_FIELDS),
+                ))
     return invariants
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from traincheck_agent.inference.call_context import call_features
+from traincheck_agent.inference.call_context import CALL_DOMAIN, call_features
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     FeatureExample,
-    deduce,
+    deduce_scopes,
+    domain_of,
     holds_all,
     with_condition,
 )
@@ -86,23 +87,29 @@ def infer(groups: dict[str, list[ShapeExample]], sources: tuple[str, ...]) -> li
             if (len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS
                     or len({e.input_shape[dim] for e in passing}) < MIN_SIZES):
                 continue
-            precondition = deduce([e.feature_map() for e in passing],
-                                  [e.feature_map() for e in group if not e.keeps(dim)])
-            if precondition is None:
-                continue
-            argument = passing[0].argument
-            argument = f"args[{argument}]" if argument.isdigit() else argument
-            invariants.append(Invariant(
-                relation=RELATION,
-                subject={"api": api, "dim": dim},
-                precondition=tuple(precondition),
-                support={"passing": len(passing), "excluded": len(group) - len(passing),
-                         "steps": len({e.step for e in passing}),
-                         "sizes": len({e.input_shape[dim] for e in passing})},
-                description=with_condition(
-                    f"{api} keeps dim {dim} of its input: ret.shape[{dim}] == {argument}.shape[{dim}]", precondition),
-                sources=sources,
-            ))
+            features = [e.feature_map() for e in passing]
+            for scope in deduce_scopes(features, [e.feature_map() for e in group if not e.keeps(dim)],
+                                       [e.trace for e in passing]):
+                kept = [passing[i] for i in scope.passing]
+                if (len(kept) < MIN_PASSING or len({e.step for e in kept}) < MIN_STEPS
+                        or len({e.input_shape[dim] for e in kept}) < MIN_SIZES):
+                    continue
+                precondition = scope.precondition
+                argument = kept[0].argument
+                argument = f"args[{argument}]" if argument.isdigit() else argument
+                invariants.append(Invariant(
+                    relation=RELATION,
+                    subject={"api": api, "dim": dim},
+                    precondition=tuple(precondition),
+                    support={"passing": len(kept), "excluded": len(group) - len(kept),
+                             "steps": len({e.step for e in kept}),
+                             "sizes": len({e.input_shape[dim] for e in kept})},
+                    description=with_condition(
+                        f"{api} keeps dim {dim} of its input: ret.shape[{dim}] == {argument}.shape[{dim}]",
+                        precondition),
+                    sources=sources,
+                    domain=domain_of([features[i] for i in scope.passing], CALL_DOMAIN),
+                ))
     return invariants
 
 

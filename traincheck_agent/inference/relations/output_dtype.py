@@ -10,12 +10,18 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from traincheck_agent.inference.call_context import call_features, receiver_name, tensor_dtype
+from traincheck_agent.inference.call_context import (
+    CALL_DOMAIN,
+    call_features,
+    receiver_name,
+    tensor_dtype,
+)
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     Clause,
     FeatureExample,
-    deduce,
+    deduce_scopes,
+    domain_of,
     holds_all,
     ordered,
     with_condition,
@@ -80,21 +86,24 @@ def infer(groups: dict[str, list[CallExample]], sources: tuple[str, ...]) -> lis
             if len(passing_idx) < MIN_PASSING or len({group[i].step for i in passing_idx}) < MIN_STEPS:
                 continue
             chosen = set(passing_idx)
-            precondition = deduce([features[i] for i in passing_idx],
-                                  [features[i] for i in range(len(group)) if i not in chosen])
-            if precondition is None:
-                continue
-            precondition = _scoped_to_input_dtype(precondition, [features[i] for i in passing_idx])
-            description = f"{api} returns {dtype}"
-            invariants.append(Invariant(
-                relation=RELATION,
-                subject={"api": api, "property": "dtype", "value": dtype},
-                precondition=tuple(precondition),
-                support={"passing": len(passing_idx), "excluded": len(group) - len(passing_idx),
-                         "steps": len({group[i].step for i in passing_idx})},
-                description=with_condition(description, precondition),
-                sources=sources,
-            ))
+            for scope in deduce_scopes([features[i] for i in passing_idx],
+                                       [features[i] for i in range(len(group)) if i not in chosen],
+                                       [group[i].trace for i in passing_idx]):
+                kept = [passing_idx[i] for i in scope.passing]
+                if len(kept) < MIN_PASSING or len({group[i].step for i in kept}) < MIN_STEPS:
+                    continue
+                kept_features = [features[i] for i in kept]
+                precondition = _scoped_to_input_dtype(scope.precondition, kept_features)
+                invariants.append(Invariant(
+                    relation=RELATION,
+                    subject={"api": api, "property": "dtype", "value": dtype},
+                    precondition=tuple(precondition),
+                    support={"passing": len(kept), "excluded": len(group) - len(kept),
+                             "steps": len({group[i].step for i in kept})},
+                    description=with_condition(f"{api} returns {dtype}", precondition),
+                    sources=sources,
+                    domain=domain_of(kept_features, CALL_DOMAIN),
+                ))
     return invariants
 
 

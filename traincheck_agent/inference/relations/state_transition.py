@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from traincheck_agent.inference.examples import (
+    DESCRIPTIVE_ATTRS,
     NONE,
     NONFINITE,
     NONZERO,
@@ -23,7 +24,8 @@ from traincheck_agent.inference.examples import (
 )
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
-    deduce,
+    deduce_scopes,
+    domain_of,
     holds_all,
     scoped,
     with_condition,
@@ -66,6 +68,9 @@ EFFECTS = (
 # invariant is scoped to it, since nothing was learned about the others (a second backward in
 # one step is gradient accumulation, not a missing zero_grad).
 SCOPE_FEATURES = ("first_in_step",)
+# The context an invariant is judged in: only the values its references showed (a parameter in
+# bfloat16, or one a tensor-parallel layout splits, is outside an invariant learned without).
+DOMAIN_FIELDS = ("vtype", "phase", *DESCRIPTIVE_ATTRS)
 EFFECTS_BY_NAME = {e.name: e for e in EFFECTS}
 
 
@@ -105,23 +110,26 @@ def infer(groups: Groups, sources: tuple[str, ...]) -> list[Invariant]:
             passing_set = set(passing_idx)
             passing = [features[i] for i in passing_idx]
             failing = [features[i] for i in decided if i not in passing_set]
-            precondition = deduce(passing, failing)
-            if precondition is None:
-                continue
-            precondition = scoped(precondition, passing, SCOPE_FEATURES)
-            invariants.append(Invariant(
-                relation=RELATION,
-                subject={"event": event, "attribute": attribute, "effect": effect.name},
-                precondition=tuple(precondition),
-                support={
-                    "passing": len(passing),
-                    "excluded": len(failing),
-                    "steps": len({group[i].step for i in passing_idx}),
-                    "variables": len({group[i].var for i in passing_idx}),
-                },
-                description=with_condition(_describe(event, attribute, effect), precondition),
-                sources=sources,
-            ))
+            for scope in deduce_scopes(passing, failing, [group[i].trace for i in passing_idx]):
+                kept = [passing_idx[i] for i in scope.passing]
+                if len(kept) < MIN_PASSING or len({group[i].step for i in kept}) < MIN_STEPS:
+                    continue
+                kept_features = [features[i] for i in kept]
+                precondition = scoped(scope.precondition, kept_features, SCOPE_FEATURES)
+                invariants.append(Invariant(
+                    relation=RELATION,
+                    subject={"event": event, "attribute": attribute, "effect": effect.name},
+                    precondition=tuple(precondition),
+                    support={
+                        "passing": len(kept),
+                        "excluded": len(decided) - len(kept),
+                        "steps": len({group[i].step for i in kept}),
+                        "variables": len({group[i].var for i in kept}),
+                    },
+                    description=with_condition(_describe(event, attribute, effect), precondition),
+                    sources=sources,
+                    domain=domain_of(kept_features, DOMAIN_FIELDS),
+                ))
     return invariants
 
 

@@ -1,0 +1,94 @@
+"""Judging examples inside an invariant's domain, and counting those outside it.
+
+An invariant speaks only of the contexts its references showed (``Invariant.domain``: for each
+context feature of its relation, the values seen). An example outside that domain is *not
+covered*: it is counted per invariant, with the first feature value that put it outside, and
+never reported as a violation. Online checks, offline checks and the cross-rank checks judge
+through ``violations_of``, so they agree on what is covered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from types import ModuleType
+from typing import Any
+
+from traincheck_agent.inference.invariant import Invariant
+from traincheck_agent.inference.preconditions import holds_all, outside_domain
+
+MAX_REASON_CHARS = 120
+
+
+class Coverage:
+    """Per invariant id: examples judged, and examples outside the domain with one reason."""
+
+    def __init__(self) -> None:
+        self.checked: dict[str, int] = {}
+        self.outside: dict[str, int] = {}
+        self.reasons: dict[str, str] = {}
+
+    def merge(self, other: dict[str, Any]) -> None:
+        """Add counts in the form ``to_json`` gives (from a checker in another process)."""
+        for key, target in (("checked", self.checked), ("outside", self.outside)):
+            for inv_id, count in (other.get(key) or {}).items():
+                if isinstance(count, int):
+                    target[str(inv_id)] = target.get(str(inv_id), 0) + count
+        for inv_id, reason in (other.get("reasons") or {}).items():
+            self.reasons.setdefault(str(inv_id), str(reason)[:MAX_REASON_CHARS])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"checked": dict(sorted(self.checked.items())), "outside": dict(sorted(self.outside.items())),
+                "reasons": dict(sorted(self.reasons.items()))}
+
+    def totals(self) -> tuple[int, int]:
+        """(examples judged, examples outside the domains), over every invariant."""
+        return sum(self.checked.values()), sum(self.outside.values())
+
+    def summary(self, invariants: dict[str, Invariant] | None = None, limit: int = 2) -> str:
+        """``412 of 530 examples checked, 118 outside the references' domain (autocast=... never
+        seen for Conv2d.forward, ...)``, or "" when nothing was outside."""
+        checked, outside = self.totals()
+        if not outside:
+            return ""
+        worst = sorted(self.outside.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
+        reasons = []
+        for inv_id, _ in worst:
+            inv = (invariants or {}).get(inv_id)
+            about = _subject_name(inv) if inv is not None else inv_id
+            reasons.append(f"{self.reasons.get(inv_id, '?')} never seen for {about}")
+        more = ", ..." if len(self.outside) > limit else ""
+        return (f"{checked} of {checked + outside} examples checked, {outside} outside the references' domain "
+                f"({'; '.join(reasons)}{more})")
+
+
+def _subject_name(inv: Invariant) -> str:
+    subject = inv.subject
+    return str(subject.get("api") or subject.get("event") or inv.relation)
+
+
+def _reason(found: tuple[str, Any]) -> str:
+    name, value = found
+    return f"{name}={value}"[:MAX_REASON_CHARS]
+
+
+def violations_of(relation: ModuleType, invariants: Iterable[Invariant], example: Any,
+                  coverage: Coverage | None) -> Iterator[Invariant]:
+    """The invariants (of ``example``'s group) it violates, judging it only inside each one's
+    domain; outside examples that the precondition admits are counted in ``coverage``."""
+    features = None
+    for inv in invariants:
+        domain = inv.domain_sets
+        if domain:
+            if features is None:
+                features = example.feature_map()
+            found = outside_domain(domain, features)
+            if found is not None:
+                if coverage is not None and holds_all(inv.precondition, features):
+                    coverage.outside[inv.id] = coverage.outside.get(inv.id, 0) + 1
+                    if inv.id not in coverage.reasons:
+                        coverage.reasons[inv.id] = _reason(found)
+                continue
+        if coverage is not None:
+            coverage.checked[inv.id] = coverage.checked.get(inv.id, 0) + 1
+        if relation.violates(inv, example):
+            yield inv

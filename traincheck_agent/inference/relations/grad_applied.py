@@ -1,0 +1,152 @@
+"""GradApplied, a model-level relation: every parameter that backward gives a non-zero grad is
+changed by an optimizer step in the same iteration.
+
+Per-call transitions judge the parameters a step holds; they cannot see a parameter that no
+optimizer holds at all. An optimizer built over the wrong parameters (a frozen backbone instead
+of the trainable head) steps over parameters without grads, which is what a correct fine-tune
+that hands every parameter to its optimizer also does, while the head gets its grads and is
+never updated. The fault shows only at the level of the model: grads that no step applies.
+
+One example per parameter and iteration in which it got a non-zero grad (after some backward of
+the iteration) and some optimizer step ran: it passes when a step of that iteration changed the
+parameter's data. Gradient accumulation keeps one iteration per step; a step whose update is
+below the data's float resolution is undecided and counts as applied (``update_negligible``).
+Iterations without an optimizer step (a run cut short) give no examples. Examples complete when
+the step moves on, or at the end of the trace.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from traincheck_agent.inference.examples import (
+    DESCRIPTIVE_ATTRS,
+    NONZERO,
+    update_negligible,
+    value_class,
+)
+from traincheck_agent.inference.invariant import Invariant
+from traincheck_agent.inference.preconditions import (
+    FeatureExample,
+    deduce_scopes,
+    domain_of,
+    holds_all,
+    with_condition,
+)
+from traincheck_agent.inference.stream import Collector as StreamCollector
+from traincheck_agent.inference.stream import TraceSource
+from traincheck_agent.trace.schema import KIND_STATE
+
+RELATION = "GradApplied"
+READS = (KIND_STATE,)  # the record kinds its collector reads
+MIN_PASSING = 5
+MIN_STEPS = 2
+KEY = "params"  # one group: every parameter of every model
+GRAD_POINT, BEFORE_STEP, AFTER_STEP = "after:backward", "before:optimizer.step", "after:optimizer.step"
+DOMAIN_FIELDS = ("vtype", "phase", *DESCRIPTIVE_ATTRS)
+DESCRIPTION = "every parameter that backward gives a non-zero grad is changed by an optimizer step in the same iteration"
+
+
+class AppliedExample(NamedTuple):
+    var: str
+    step: int
+    trace: str
+    applied: bool
+    features: tuple[tuple[str, Any], ...]
+
+    feature_map = FeatureExample.feature_map
+
+
+def _features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    attrs = record.get("attrs") or {}
+    out = {"vtype": record.get("vtype"), "phase": record.get("phase")}
+    out.update((name, attrs[name]) for name in DESCRIPTIVE_ATTRS if name in attrs)
+    return tuple(sorted(out.items()))
+
+
+class Collector(StreamCollector):
+    def __init__(self, source: TraceSource) -> None:
+        super().__init__(source)
+        self.step: Any = None
+        self.grads: dict[str, tuple[tuple[str, Any], ...]] = {}  # parameters with a grad this iteration
+        self.applied: set[str] = set()  # parameters a step of this iteration changed
+        self.stepped = False  # some optimizer step ran in this iteration
+        self.pending: dict[tuple[Any, str], dict[str, Any]] = {}  # before:optimizer.step halves
+
+    def feed(self, record: dict[str, Any]) -> list[AppliedExample]:
+        if record.get("kind") != KIND_STATE:
+            return []
+        out = []
+        step = record.get("step")
+        if step != self.step:
+            out = self._close_iteration()
+            self.step = step
+        where, var, attrs = record.get("where"), str(record.get("var")), record.get("attrs") or {}
+        if where == GRAD_POINT:
+            if attrs.get("requires_grad") is not False and value_class(attrs.get("grad")) == NONZERO:
+                self.grads[var] = _features(record)
+        elif where == BEFORE_STEP:
+            self.pending[(record.get("call"), var)] = attrs
+        elif where == AFTER_STEP:
+            before = self.pending.pop((record.get("call"), var), None)
+            if before is not None and isinstance(before.get("data"), dict) and isinstance(attrs.get("data"), dict):
+                self.stepped = True
+                if before["data"].get("h") != attrs["data"].get("h") or update_negligible(before):
+                    self.applied.add(var)
+        return out
+
+    def finish(self) -> list[AppliedExample]:
+        return self._close_iteration()
+
+    def _close_iteration(self) -> list[AppliedExample]:
+        out = []
+        if self.stepped and isinstance(self.step, int):
+            label = self.source.label
+            out = [AppliedExample(var, self.step, label, var in self.applied, features)
+                   for var, features in self.grads.items()]
+        self.grads, self.applied, self.stepped = {}, set(), False
+        self.pending.clear()
+        return out
+
+
+def key_of(example: AppliedExample) -> str:
+    return KEY
+
+
+def invariant_key(invariant: Invariant) -> str:
+    return KEY
+
+
+def infer(groups: dict[str, list[AppliedExample]], sources: tuple[str, ...]) -> list[Invariant]:
+    group = groups.get(KEY, [])
+    passing = [e for e in group if e.applied]
+    if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
+        return []
+    features = [e.feature_map() for e in passing]
+    invariants = []
+    for scope in deduce_scopes(features, [e.feature_map() for e in group if not e.applied],
+                               [e.trace for e in passing]):
+        kept = [passing[i] for i in scope.passing]
+        if len(kept) < MIN_PASSING or len({e.step for e in kept}) < MIN_STEPS:
+            continue
+        invariants.append(Invariant(
+            relation=RELATION,
+            subject={"event": "optimizer.step", "attribute": "data", "effect": "applies_every_grad"},
+            precondition=tuple(scope.precondition),
+            support={"passing": len(kept), "excluded": len(group) - len(kept),
+                     "steps": len({e.step for e in kept}), "variables": len({e.var for e in kept})},
+            description=with_condition(DESCRIPTION, scope.precondition),
+            sources=sources,
+            domain=domain_of([features[i] for i in scope.passing], DOMAIN_FIELDS),
+        ))
+    return invariants
+
+
+def violates(invariant: Invariant, e: AppliedExample) -> bool:
+    return not e.applied and holds_all(invariant.precondition, e.feature_map())
+
+
+def violation(invariant: Invariant, ex: AppliedExample) -> dict[str, Any]:
+    return {"step": ex.step, "variable": ex.var, "trace": ex.trace,
+            "message": f"{invariant.description}: {ex.var} had a non-zero grad at step {ex.step} that no optimizer "
+                       f"step applied (is it in an optimizer's param groups?)"}
