@@ -198,9 +198,9 @@ def _api_sequence(req: Requirements, inv: Invariant, policy: Policy) -> None:
     subject = inv.subject
     if subject.get("form") == "leads":
         req.need_call(subject["api"], SUMMARY, NONE)  # the flag and the receiver module
-    else:
-        req.need_call(subject["api"])
-        req.need_call(subject["between"])
+    else:  # the receivers' classes tell whether the program has what the invariant speaks of
+        req.need_call(subject["api"], SUMMARY, NONE)
+        req.need_call(subject["between"], SUMMARY, NONE)
 
 
 def _threshold(req: Requirements, inv: Invariant, policy: Policy) -> None:

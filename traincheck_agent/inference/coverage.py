@@ -1,9 +1,11 @@
 """Judging examples inside an invariant's domain, and counting those outside it.
 
 An invariant speaks only of the contexts its references showed (``Invariant.domain``: for each
-context feature of its relation, the values seen). An example outside that domain is *not
-covered*: it is counted per invariant, with the first feature value that put it outside, and
-never reported as a violation. Online checks, offline checks and the cross-rank checks judge
+context feature of its relation, the values seen), and only of programs that have what it names
+(a relation's optional ``outside(invariant, example)`` says why an example is not the
+invariant's business: a class the program never uses, a program that never trains). An example
+outside is *not covered*: it is counted per invariant, with the reason, and never reported as a
+violation. Online checks, offline checks and the cross-rank checks judge
 through ``violations_of``, so they agree on what is covered.
 """
 
@@ -55,7 +57,7 @@ class Coverage:
         for inv_id, _ in worst:
             inv = (invariants or {}).get(inv_id)
             about = _subject_name(inv) if inv is not None else inv_id
-            reasons.append(f"{self.reasons.get(inv_id, '?')} never seen for {about}")
+            reasons.append(f"{self.reasons.get(inv_id, '?')} for {about}")
         more = ", ..." if len(self.outside) > limit else ""
         return (f"{checked} of {checked + outside} examples checked, {outside} outside the references' domain "
                 f"({'; '.join(reasons)}{more})")
@@ -68,7 +70,7 @@ def _subject_name(inv: Invariant) -> str:
 
 def _reason(found: tuple[str, Any]) -> str:
     name, value = found
-    return f"{name}={value}"[:MAX_REASON_CHARS]
+    return f"{name}={value} never seen"[:MAX_REASON_CHARS]
 
 
 def violations_of(relation: ModuleType, invariants: Iterable[Invariant], example: Any,
@@ -76,18 +78,26 @@ def violations_of(relation: ModuleType, invariants: Iterable[Invariant], example
     """The invariants (of ``example``'s group) it violates, judging it only inside each one's
     domain; outside examples that the precondition admits are counted in ``coverage``."""
     features = None
+    applies = getattr(relation, "outside", None)
     for inv in invariants:
         domain = inv.domain_sets
+        reason = None
         if domain:
             if features is None:
                 features = example.feature_map()
             found = outside_domain(domain, features)
             if found is not None:
-                if coverage is not None and holds_all(inv.precondition, features):
+                reason = _reason(found)
+        if reason is None and applies is not None:
+            reason = applies(inv, example)
+        if reason is not None:
+            if coverage is not None:
+                if features is None:
+                    features = example.feature_map()
+                if holds_all(inv.precondition, features):
                     coverage.outside[inv.id] = coverage.outside.get(inv.id, 0) + 1
-                    if inv.id not in coverage.reasons:
-                        coverage.reasons[inv.id] = _reason(found)
-                continue
+                    coverage.reasons.setdefault(inv.id, reason[:MAX_REASON_CHARS])
+            continue
         if coverage is not None:
             coverage.checked[inv.id] = coverage.checked.get(inv.id, 0) + 1
         if relation.violates(inv, example):

@@ -16,6 +16,15 @@ Two forms, both about framework semantics rather than the order of incidental he
 
 A hypothesis is emitted only when every example in every reference holds; there is no
 precondition to deduce (the first interval and the receiver already scope the examples).
+
+Applicability (``outside``): a ``covers`` invariant speaks of programs that have what its API
+is called on. For a method, that is an object of a class its references called it on (their
+``subject.receivers``: ``MLP``, ``Adam``); for a function, the function itself, called at least
+once. An interval of a program that has not had it so far (a GRU model has no ``MLP``, a loop
+that slices tensors by hand no ``DataLoader`` iterator) is not covered; a program that uses an
+``Adam`` and never calls its ``zero_grad`` is judged. A ``leads`` invariant speaks of programs that train: its first sightings wait until
+the program trains (a backward, or a step completed), and those of a program that never trains
+(an inference script evaluating without ever training) are not covered.
 """
 
 from __future__ import annotations
@@ -34,12 +43,16 @@ MIN_LEADS = 2
 
 
 class Interval(NamedTuple):
-    """The outermost calls between the step call of ``step - 1`` and that of ``step``."""
+    """The outermost calls between the step call of ``step - 1`` and that of ``step`` (with the
+    class of each one's receiver), and what the program had used by then: every API called
+    (``api:<name>``) and every class a method was called on (``type:<name>``)."""
 
     trace: str
     step: int
     step_api: str
     apis: frozenset[str]
+    seen: frozenset[str] = frozenset()
+    receivers: frozenset[tuple[str, str]] = frozenset()
 
 
 class FirstSighting(NamedTuple):
@@ -53,6 +66,12 @@ class FirstSighting(NamedTuple):
     value: bool
     other_seen_before: bool
     step: int
+    trains: bool = True  # the program went on to train
+
+
+def _trains(api: str, step: int) -> bool:
+    """Whether a call shows the program training: a backward, or a step already completed."""
+    return step >= 1 or api.endswith(".backward")
 
 
 def _receiver(args: dict[str, Any]) -> str:
@@ -75,6 +94,11 @@ class Collector(StreamCollector):
         self.last_api = ""
         self.first_interval = True
         self.seen: set[tuple[str, str, str, bool]] = set()
+        self.receivers: set[tuple[str, str]] = set()  # (API, receiver class) of this interval's calls
+        self.used: set[str] = set()  # every API called, every receiver class
+        self.frozen_used: frozenset[str] = frozenset()  # ``used``, rebuilt only when it grows
+        self.trains = False
+        self.waiting: list[FirstSighting] = []  # first sightings until the program trains
 
     def feed(self, record: dict[str, Any]) -> list[Interval | FirstSighting]:
         if record.get("kind") != KIND_CALL:
@@ -82,22 +106,42 @@ class Collector(StreamCollector):
         api, step = str(record.get("api")), int(record.get("step", -1))
         out: list[Interval | FirstSighting] = []
         args = record.get("args") or {}
+        self_desc = args.get("self")
+        receiver_type = self_desc.get("t") if isinstance(self_desc, dict) else None
+        for name in (f"api:{api}", f"type:{receiver_type}" if isinstance(receiver_type, str) else None):
+            if name is not None and name not in self.used:
+                self.used.add(name)
+                self.frozen_used = frozenset(self.used)
         for name, value in args.items():
             if isinstance(value, bool):
                 key = (api, name, _receiver(args))
                 if (*key, value) not in self.seen:
                     self.seen.add((*key, value))
-                    out.append(FirstSighting(self.source.label, api, name, key[2], value,
-                                             (*key, not value) in self.seen, step))
+                    self.waiting.append(FirstSighting(self.source.label, api, name, key[2], value,
+                                                      (*key, not value) in self.seen, step))
+        if not self.trains and _trains(api, step):
+            self.trains = True
+        if self.trains and self.waiting:
+            out += self.waiting
+            self.waiting = []
         if record.get("parent") is None and step >= 0:
             if self.step is not None and step == self.step + 1:
                 if not self.first_interval:
-                    out.append(Interval(self.source.label, self.step, self.last_api, frozenset(self.apis)))
+                    out.append(Interval(self.source.label, self.step, self.last_api, frozenset(self.apis),
+                                        self.frozen_used, frozenset(self.receivers)))
                 self.first_interval = False
             if step != self.step:
-                self.step, self.apis = step, set()
+                self.step, self.apis, self.receivers = step, set(), set()
             self.apis.add(api)
+            if isinstance(receiver_type, str):
+                self.receivers.add((api, receiver_type))
             self.last_api = api
+        return out
+
+    def finish(self) -> list[FirstSighting]:
+        """Sightings of a program that never trained: examples, marked so."""
+        out = [s._replace(trains=False) for s in self.waiting]
+        self.waiting = []
         return out
 
 
@@ -116,9 +160,14 @@ def _infer_covers(step_api: str, intervals: list[Interval], sources: tuple[str, 
     if len(intervals) < MIN_INTERVALS:
         return []
     common = frozenset.intersection(*(i.apis for i in intervals)) - {step_api}
+    receivers: dict[str, set[str]] = {}
+    for interval in intervals:
+        for api, receiver_type in interval.receivers:
+            receivers.setdefault(api, set()).add(receiver_type)
     return [Invariant(
         relation=RELATION,
-        subject={"form": "covers", "api": api, "between": step_api},
+        subject={"form": "covers", "api": api, "between": step_api}
+        | ({"receivers": sorted(receivers[api])} if api in receivers else {}),
         precondition=(),
         support={"passing": len(intervals), "traces": len({i.trace for i in intervals})},
         description=f"{api} is called between two consecutive {step_api} calls",
@@ -151,6 +200,18 @@ def infer(groups: dict[tuple[str, ...], list[Any]], sources: tuple[str, ...]) ->
         else:
             invariants += _infer_leads(key[1], key[2], group, sources)
     return invariants
+
+
+def outside(invariant: Invariant, ex: Interval | FirstSighting) -> str | None:
+    """Why the example is not the invariant's business, or None (see the module docstring)."""
+    if isinstance(ex, Interval):
+        api, types = invariant.subject["api"], invariant.subject.get("receivers")
+        if isinstance(types, list) and types:
+            if any(f"type:{t}" in ex.seen for t in types):
+                return None
+            return f"no {' / '.join(map(str, types))} object in this run"
+        return None if f"api:{api}" in ex.seen else "a program that never calls it"
+    return None if ex.trains else "a program that never trains"
 
 
 def violates(invariant: Invariant, ex: Interval | FirstSighting) -> bool:
