@@ -121,7 +121,10 @@ def prepare_check(settings: Settings, policy: Policy) -> CheckSetup | None:
     if usable == 0:
         warn("no usable invariants file in TRAINCHECK_INV; the agent stays off")
         return None
-    req = requirements_for(invariants, policy, world_size=launcher_facts()["world_size"])
+    # A launcher says how many ranks there are; without one, the script may still start its own
+    # (torch.multiprocessing.spawn): the checker decides when the process group comes up.
+    launched = launcher_facts()["world_size"]
+    req = requirements_for(invariants, policy, world_size=launched if launched > 1 else None)
     for reason, ids in req.skipped.items():
         shown = ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
         if reason == SINGLE_PROCESS:
@@ -191,6 +194,7 @@ class CheckSink:
         self.process: CheckerProcess | None = None
         self.header: dict[str, Any] | None = None
         self.log: Any = None
+        self._rank_unsettled = False
         self.rank = 0
         self.fed = 0
         self.violations = 0
@@ -222,6 +226,8 @@ class CheckSink:
                     self.fed += len(records)
                 except OSError as exc:
                     self._checker_process_failed(f"cannot feed the checker process ({exc})")
+            if self._rank_unsettled:
+                self._settle_rank(records)
             self._feed_here(records)
 
     def _feed_here(self, records: list[dict]) -> None:
@@ -305,6 +311,8 @@ class CheckSink:
         rank = header.get("rank")
         self.rank = rank if isinstance(rank, int) else 0
         self.log = ViolationLog(self.out_dir, self.rank)
+        # A header written before the process group came up may not know this process's rank.
+        self._rank_unsettled = not (isinstance(header.get("world_size"), int) and header["world_size"] > 1)
         self.header = header
         if self.checker_kind == "process" and self.process is None:
             self.start_process()
@@ -312,6 +320,20 @@ class CheckSink:
         if self.process is not None:
             here = [i for i in self.invariants if i.relation in CROSS_RANK_RELATIONS]
         self.checker = OnlineChecker(here, self._on_violation) if here else None
+
+    def _settle_rank(self, records: list[dict]) -> None:
+        """Take the rank from the process record written when the process group came up (ranks
+        that a script starts itself), so that each rank logs to its own file."""
+        for record in records:
+            if record.get("kind") == "process" and isinstance(record.get("world_size"), int) \
+                    and record["world_size"] > 1 and isinstance(record.get("rank"), int):
+                self._rank_unsettled = False
+                if record["rank"] != self.rank and not self.log.counts:
+                    from traincheck_agent.check.violations import ViolationLog
+
+                    self.rank = record["rank"]
+                    self.log = ViolationLog(self.out_dir, self.rank)
+                return
 
     def start_process(self) -> None:
         """Start the checker process now. Bootstrap calls this before torch is imported, so
@@ -424,6 +446,9 @@ class CheckSink:
                     f"{self.violations} violations found before")
         covered = self.coverage.summary(self.by_id) if self.coverage is not None else ""
         covered = f"; {covered}" if covered else ""
+        alone = self._single_process_note()
+        if alone:
+            covered += f"; {alone}"
         if not self.violations:
             return f"check summary (rank {self.rank}): no violations ({checked}, {self.fed} records){covered}"
         worst = sorted(self.violated.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
@@ -432,6 +457,13 @@ class CheckSink:
         return (f"check summary (rank {self.rank}): {self.violations} violations of "
                 f"{len(self.violated)} invariants ({top}); {checked}{covered}"
                 + (f"; details in {where}" if where else "") + self._likely_cause())
+
+    def _single_process_note(self) -> str:
+        """Cross-rank invariants that were never checked because no process group with other
+        ranks came up, in words; "" when there were none."""
+        skipped = set(getattr(self.checker, "skipped_relations", None) or ())
+        count = sum(inv.relation in skipped for inv in self.invariants)
+        return f"{count} cross-rank invariants not checked (this process was the only rank)" if count else ""
 
     def _likely_cause(self) -> str:
         """The top-ranked group of the first violations, as ``traincheck report`` would rank it."""

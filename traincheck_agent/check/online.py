@@ -13,7 +13,10 @@ group. Relations whose examples join several ranks (those with a ``HALF``: what 
 contributes, joined by their ``finalize``) collect this rank's halves per step; when a step is
 complete they go to the cross-rank checks (``cross_rank_checks``: summarised, exchanged through
 the torch.distributed store, judged by the comparing rank one step later), which only runs of
-several ranks load. In a single process they are skipped and listed in ``skipped_relations``.
+several ranks load. They start with the header when it shows several ranks, or later, with the
+process record written when the process group comes up (ranks a script starts itself with
+``torch.multiprocessing.spawn``); until then, and in a single process, they are listed in
+``skipped_relations``.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from traincheck_agent.inference import relations
 from traincheck_agent.inference.coverage import Coverage, violations_of
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.stream import Collector, TraceSource, route_by_kind
-from traincheck_agent.trace.schema import KIND_HEADER
+from traincheck_agent.trace.schema import KIND_HEADER, KIND_PROCESS
 
 if TYPE_CHECKING:
     from traincheck_agent.check.cross_rank_checks import CrossRankChecks, ExchangeFactory
@@ -80,6 +83,7 @@ class OnlineChecker:
         self._exchange_factory = exchange
         self.skipped_relations = [w.relation.RELATION for w in self._rank_watches]
         self._step = -1
+        self._run: tuple[str, int] = ("", 0)  # run id and restart count, from the header
         # What each record kind goes to (each watch's filter, collector and judge); set once the
         # header has made the collectors.
         self._routes: dict[str, list[Route]] = {}
@@ -98,6 +102,8 @@ class OnlineChecker:
             self._start(record)
             return
         kind = record.get("kind")
+        if kind == KIND_PROCESS and self._cross_rank is None and self._rank_watches:
+            self._start_cross_rank(record)  # the ranks came up after the header was written
         for accepts, collect, judge in self._routes.get(kind, ()):
             if accepts is not None and not accepts(record):
                 continue
@@ -122,16 +128,28 @@ class OnlineChecker:
             watch.collector = watch.relation.Collector(source)
             watch.collector.wanted = frozenset(watch.by_key)
         self._routes = route_by_kind((w.relation, (w.accepts, w.collector.feed, w.judge)) for w in self._watches)
-        if self._rank_watches and int(header.get("world_size", 1) or 1) > 1:
-            from traincheck_agent.check.cross_rank_checks import CrossRankChecks, default_exchange
+        self._run = (source.run_id, int(header.get("restart_count", 0) or 0))
+        if self._rank_watches:
+            self._start_cross_rank(header)
 
-            self._cross_rank = CrossRankChecks(self._rank_watches, self._exchange_factory or default_exchange)
-            self._cross_rank.run_id = source.run_id
-            self._cross_rank.restart = int(header.get("restart_count", 0) or 0)
-            self.skipped_relations = []
-            for watch in self._rank_watches:
-                watch.collector = watch.relation.Collector(source)
-            self._rank_routes = route_by_kind((w.relation, w) for w in self._rank_watches)
+    def _start_cross_rank(self, facts: dict[str, Any]) -> None:
+        """Start the cross-rank checks when ``facts`` (the header, or the process record written
+        when the process group came up) show more than one rank."""
+        world = facts.get("world_size")
+        if not isinstance(world, int) or world < 2:
+            return
+        from traincheck_agent.check.cross_rank_checks import CrossRankChecks, default_exchange
+
+        run_id, restart = self._run
+        rank = facts.get("rank")
+        source = TraceSource("online", run_id, rank if isinstance(rank, int) else 0)
+        self._cross_rank = CrossRankChecks(self._rank_watches, self._exchange_factory or default_exchange)
+        self._cross_rank.run_id = run_id
+        self._cross_rank.restart = restart
+        self.skipped_relations = []
+        for watch in self._rank_watches:
+            watch.collector = watch.relation.Collector(source)
+        self._rank_routes = route_by_kind((w.relation, w) for w in self._rank_watches)
 
     def finish(self) -> None:
         self._routes = {}

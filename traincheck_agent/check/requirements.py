@@ -232,13 +232,15 @@ RELATION_NEEDS: dict[str, Callable[[Requirements, Invariant, Policy], None]] = {
 }
 
 
-def requirements_for(invariants: Iterable[Invariant], policy: Policy, world_size: int = 1) -> Requirements:
+def requirements_for(invariants: Iterable[Invariant], policy: Policy, world_size: int | None = 1) -> Requirements:
     """What must be observed to check ``invariants`` in a process of a run of ``world_size``
-    processes; those that cannot be checked are listed in ``skipped`` by reason, the rest in
-    ``checked``."""
+    processes (None: not known yet, as when the script starts its own ranks with
+    ``torch.multiprocessing.spawn``; cross-rank invariants are then kept, and the checker decides
+    once the process group is up); those that cannot be checked are listed in ``skipped`` by
+    reason, the rest in ``checked``."""
     req = Requirements()
     for inv in invariants:
-        if inv.relation in CROSS_RANK_RELATIONS and world_size < 2:
+        if inv.relation in CROSS_RANK_RELATIONS and world_size is not None and world_size < 2:
             req.skipped.setdefault(SINGLE_PROCESS, []).append(inv.id)
             continue
         need = RELATION_NEEDS.get(inv.relation)

@@ -8,6 +8,7 @@ JSON on the last line so that runs with and without the agent can be compared bi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 
@@ -51,6 +52,8 @@ def main(argv: list[str] | None = None) -> list[float]:
     parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--optimizer", choices=["adam", "sgd", "adadelta"], default="adam")
+    parser.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                        help="run the forward passes under CPU bfloat16 autocast")
     parser.add_argument("--bug", choices=["none", "no-zero-grad", "dropout-in-eval"], default="none",
                         help="inject a silent bug: gradients never cleared, or dropout left on in eval")
     args = parser.parse_args(argv)
@@ -71,19 +74,22 @@ def main(argv: list[str] | None = None) -> list[float]:
                         generator=torch.Generator().manual_seed(args.seed))
     eval_batch = synthetic_data(256, args.seed + 1).tensors
 
+    autocast = (torch.autocast("cpu", dtype=torch.bfloat16) if args.autocast == "bf16"
+                else contextlib.nullcontext())
     losses: list[float] = []
     started = time.perf_counter()
     for step, (images, labels) in enumerate(loader, start=1):
         model.train()
         if args.bug != "no-zero-grad":
             optimizer.zero_grad()
-        loss = loss_fn(model(images), labels)
+        with autocast:
+            loss = loss_fn(model(images), labels)
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
         if step % args.eval_every == 0 or step == args.steps:
             model.eval()
-            with torch.no_grad():
+            with torch.no_grad(), autocast:
                 accuracy = (model(eval_batch[0]).argmax(1) == eval_batch[1]).float().mean().item()
             print(f"step {step:4d}  loss {loss.item():.4f}  eval accuracy {accuracy:.3f}")
         if step >= args.steps:

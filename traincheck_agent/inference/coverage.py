@@ -73,6 +73,12 @@ def _reason(found: tuple[str, Any]) -> str:
     return f"{name}={value} never seen"[:MAX_REASON_CHARS]
 
 
+def _features_of(example: Any) -> dict[str, Any]:
+    """An example's features; {} for relations whose examples have none (call order)."""
+    feature_map = getattr(example, "feature_map", None)
+    return feature_map() if feature_map is not None else {}
+
+
 def violations_of(relation: ModuleType, invariants: Iterable[Invariant], example: Any,
                   coverage: Coverage | None) -> Iterator[Invariant]:
     """The invariants (of ``example``'s group) it violates, judging it only inside each one's
@@ -84,7 +90,7 @@ def violations_of(relation: ModuleType, invariants: Iterable[Invariant], example
         reason = None
         if domain:
             if features is None:
-                features = example.feature_map()
+                features = _features_of(example)
             found = outside_domain(domain, features)
             if found is not None:
                 reason = _reason(found)
@@ -93,7 +99,7 @@ def violations_of(relation: ModuleType, invariants: Iterable[Invariant], example
         if reason is not None:
             if coverage is not None:
                 if features is None:
-                    features = example.feature_map()
+                    features = _features_of(example)
                 if holds_all(inv.precondition, features):
                     coverage.outside[inv.id] = coverage.outside.get(inv.id, 0) + 1
                     coverage.reasons.setdefault(inv.id, reason[:MAX_REASON_CHARS])

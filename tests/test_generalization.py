@@ -1,0 +1,238 @@
+"""Invariants hold beyond the pipelines they were learned from: each failure class of checking a
+program unlike the references, pinned with a small real training run.
+
+- mixing references of different pipelines (DDP and tensor parallelism) keeps the cross-rank
+  equality each supports;
+- ranks a script starts itself with ``torch.multiprocessing.spawn`` are checked online;
+- an ordering invariant about a class the program does not have (``MLP``) is not judged;
+- frozen parameters and blocks skipped by stochastic depth are none of backward's business;
+- a conv under autocast is outside what float32 references showed;
+- an inference-only script is not judged by training-order invariants;
+
+and the preconditions and the monotone merging underneath, on plain examples.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import PIPELINES, agent_env, run_parallel
+
+from traincheck_agent.examples import cnn_train
+from traincheck_agent.inference.coverage import Coverage
+from traincheck_agent.inference.engine import check_offline, infer_invariants
+from traincheck_agent.inference.invariant import (
+    Invariant,
+    InvariantFileError,
+    read_invariants,
+    write_invariants,
+)
+from traincheck_agent.inference.preconditions import (
+    ABSENT,
+    ANY,
+    NOT,
+    Clause,
+    deduce,
+    deduce_scopes,
+    domain_of,
+    outside_domain,
+)
+
+SD = str(PIPELINES / "stochastic_depth_train.py")
+MLP = str(PIPELINES / "mlp_train.py")
+CNN = cnn_train.__file__
+TORCHRUN = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone"]
+
+
+def _collect(root: Path, runs: dict[str, list[str]]) -> dict[str, Path]:
+    """Collect every run side by side (one process each, or torchrun with 2 ranks)."""
+    outs = {name: root / name for name in runs}
+    procs = run_parallel(*((args, agent_env("collect", outs[name], OMP_NUM_THREADS="1"))
+                           for name, args in runs.items()), timeout=300)
+    for name, proc in zip(runs, procs, strict=True):
+        assert proc.returncode == 0, f"{name}: {proc.stderr[-2000:]}"
+    return outs
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("single")
+    runs = _collect(root, {
+        "mlp": [MLP, "--steps", "8"],
+        "sd_ref": [SD, "--steps", "8"],
+        "sd_drop": [SD, "--steps", "8", "--drop-prob", "0.5", "--seed", "1"],
+        "sd_frozen": [SD, "--steps", "6", "--freeze-first", "--seed", "2"],
+    })
+    runs.update(_collect(root, {
+        "cnn": [CNN, "--steps", "8", "--eval-every", "2", "--optimizer", "adadelta"],
+        "cnn2": [CNN, "--steps", "8", "--eval-every", "3", "--optimizer", "adadelta", "--seed", "2"],
+        "cnn_bf16": [CNN, "--steps", "6", "--eval-every", "2", "--optimizer", "adadelta", "--autocast", "bf16",
+                     "--seed", "3"],
+        "inference_only": [str(PIPELINES / "inference_only.py")],
+    }))
+    return runs
+
+
+def _check(references: list[Path], target: Path) -> tuple[list[Invariant], list[dict], Coverage]:
+    invariants, _ = infer_invariants(references)
+    coverage = Coverage()
+    return invariants, check_offline(invariants, [target], coverage=coverage), coverage
+
+
+def test_a_model_without_mlp_is_not_judged_by_mlp_ordering(single):
+    """Learned from an MLP script: "MLP.forward (and cross_entropy) is called between steps".
+    A residual net trained with MSE has neither: not covered, never a violation."""
+    invariants, violations, coverage = _check([single["mlp"]], single["sd_ref"])
+    assert any(i.relation == "APISequence" and "MLP.forward" in i.subject["api"] for i in invariants)
+    assert violations == []
+    reasons = set(coverage.reasons.values())
+    assert "no MLP object in this run" in reasons
+    assert "a program that never calls it" in reasons  # cross_entropy
+
+
+def test_frozen_blocks_and_stochastic_depth_stay_quiet(single):
+    """A block skipped for the whole batch gets no grad, and a frozen block (handed to the
+    optimizer all the same) neither: backward and step leave them alone."""
+    for target in ("sd_drop", "sd_frozen"):
+        _, violations, _ = _check([single["sd_ref"]], single[target])
+        assert violations == [], target
+
+
+def test_conv_under_autocast_is_outside_float32_references(single):
+    invariants, violations, coverage = _check([single["cnn"]], single["cnn_bf16"])
+    conv = [i for i in invariants if i.relation == "ConsistentOutput" and i.subject["api"] == "torch.nn.Conv2d.forward"]
+    assert conv and conv[0].subject["value"] == "float32" and conv[0].domain["autocast"] == [None]
+    assert violations == []
+    assert coverage.outside[conv[0].id] > 0
+    assert coverage.reasons[conv[0].id] == "autocast=cpu:bfloat16 never seen"
+    assert "outside the references' domain (autocast=cpu:bfloat16 never seen for torch.nn." in coverage.summary(
+        {i.id: i for i in invariants})
+
+
+def test_an_inference_only_script_is_not_judged_by_training_order(single):
+    """Dropout and batch norm are first called in training mode in every reference; a script
+    that only evaluates never trains, so those sightings are not covered."""
+    invariants, violations, coverage = _check([single["cnn"], single["cnn2"]], single["inference_only"])
+    leads = [i for i in invariants if i.relation == "APISequence" and i.subject["form"] == "leads"]
+    assert {i.subject["api"] for i in leads} >= {"torch.nn.functional.dropout"}
+    assert violations == []
+    assert any(coverage.outside.get(i.id) and coverage.reasons[i.id] == "a program that never trains" for i in leads)
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("ranks")
+    ddp, tp = str(PIPELINES / "ddp_train.py"), str(PIPELINES / "tp_train.py")
+    runs = _collect(root, {"ddp": [*TORCHRUN, ddp, "--steps", "6"], "tp": [*TORCHRUN, tp, "--steps", "6"]})
+    runs.update(_collect(root, {"ddp_bug": [*TORCHRUN, ddp, "--steps", "4", "--bug", "dtype-roundtrip"],
+                                "tp_bug": [*TORCHRUN, tp, "--bug", "clip-on-one-rank"]}))
+    runs.update(_collect(root, {"ddp_clean": [*TORCHRUN, ddp, "--steps", "5", "--seed", "3"]}))
+    return runs
+
+
+def test_mixed_ddp_and_tensor_parallel_references_keep_cross_rank_equality(ranks):
+    """DDP parameters carry no ``partition_dim``; the tensor-parallel shards do and differ
+    across ranks. Pooled, "the data is equal on every rank" survives with a precondition that
+    tells them apart, and both pipelines' replica drifts are caught at step 0."""
+    invariants, _ = infer_invariants([ranks["ddp"], ranks["tp"]])
+    equal = [i for i in invariants if i.relation == "CrossRankConsistent" and i.subject["attribute"] == "data"
+             and i.subject["event"] == "after:optimizer.step"]
+    assert equal
+    for bug in ("ddp_bug", "tp_bug"):
+        found = [v for v in check_offline(invariants, [ranks[bug]]) if v["relation"] == "CrossRankConsistent"]
+        assert found and min(v["step"] for v in found) == 0, bug
+    assert check_offline(invariants, [ranks["ddp_clean"]]) == []
+
+
+def test_ranks_started_with_spawn_are_checked_online(tmp_path):
+    """No launcher variables: the process group comes up inside the script. The cross-rank
+    invariants are kept at start-up and checked once it is up."""
+    script = str(PIPELINES / "spawn_ddp_train.py")
+    ref, out = tmp_path / "ref", tmp_path / "check"
+    [proc] = run_parallel(([script, "--steps", "6"], agent_env("collect", ref, OMP_NUM_THREADS="1")))
+    assert proc.returncode == 0, proc.stderr
+    assert len(list(ref.glob("trace_*.jsonl"))) == 2
+    invariants, files = infer_invariants([ref])
+    assert any(i.relation == "CrossRankConsistent" for i in invariants)
+    inv = tmp_path / "inv.json"
+    write_invariants(invariants, inv, [str(f) for f in files])
+    [proc] = run_parallel(([script, "--steps", "4", "--bug", "dtype-roundtrip"],
+                           agent_env("check", out, TRAINCHECK_INV=str(inv), OMP_NUM_THREADS="1")))
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for path in out.glob("violations-*.jsonl") for line in path.read_text().splitlines()]
+    drift = [r for r in records if r.get("relation") == "CrossRankConsistent"]
+    assert drift and min(r["step"] for r in drift) <= 1, proc.stderr
+    assert "cross-rank invariants not checked" not in proc.stderr
+    summaries = [line for line in proc.stderr.splitlines() if "check summary" in line]
+    assert len(summaries) == 2 and {"(rank 0)", "(rank 1)"} <= {s.split(":")[0][-8:] for s in summaries}
+
+
+# ------------------------------------------------------------ preconditions, on plain examples
+
+
+def test_absent_and_not_separate_examples_that_lack_a_field():
+    """DDP examples lack ``partition_dim``; TP shards have it and fail; TP replicas pass."""
+    passing = [{"dtype": "float32"}] * 3 + [{"dtype": "float32", "partition_dim": -1}] * 2
+    failing = [{"dtype": "float32", "partition_dim": 0}] * 2
+    clauses = deduce(passing, failing)
+    assert clauses == [Clause("partition_dim", 0, NOT)]
+    assert clauses[0].holds({}) and not clauses[0].holds({"partition_dim": 0})
+    only_missing = deduce([{"a": 1}] * 3, [{"a": 1, "tmp": True}])
+    assert only_missing == [Clause("tmp", None, ABSENT)] and only_missing[0].text() == "tmp is not set"
+
+
+def test_a_two_clause_disjunction_when_no_conjunction_separates():
+    passing = [{"x": 1, "y": "a"}, {"x": 1, "y": "b"}, {"x": 2, "y": "c"}, {"x": 3, "y": "c"}]
+    failing = [{"x": 2, "y": "a"}, {"x": 3, "y": "b"}]
+    clauses = deduce(passing, failing)
+    assert clauses is not None and len(clauses) == 1 and clauses[0].kind == ANY
+    assert all(clauses[0].holds(f) for f in passing) and not any(clauses[0].holds(f) for f in failing)
+    assert clauses[0].text() == "(x = 1 or y = c)"
+    assert Clause.from_json(json.loads(json.dumps(clauses[0].to_json()))) == clauses[0]
+
+
+def test_merging_references_keeps_what_one_of_them_supports():
+    """Reference A supports the hypothesis everywhere; B breaks it in a context A never had
+    (dtype) and passes it in one A had too. Pooled, no clause separates; per reference, A's
+    examples keep an invariant scoped to A's contexts. A counterexample that A's own context
+    cannot tell apart drops it."""
+    a = [{"dtype": "float32", "phase": "train"}] * 5
+    b_pass = [{"dtype": "float32", "phase": "eval"}] * 2
+    b_fail = [{"dtype": "bfloat16", "phase": "train"}, {"dtype": "float32", "phase": "eval"}]
+    scopes = deduce_scopes(a + b_pass, b_fail, ["A"] * 5 + ["B"] * 2)
+    assert len(scopes) == 1
+    assert scopes[0].precondition == [Clause("dtype", "float32"), Clause("phase", "train")]
+    assert scopes[0].passing == [0, 1, 2, 3, 4]
+    assert deduce_scopes(a, [{"dtype": "float32", "phase": "train"}], ["A"] * 5) == []
+
+
+def test_domain_lists_what_the_references_showed():
+    """A field no reference example had is in the domain as None: an example that has it (a
+    shard's ``partition_dim``) is outside."""
+    domain = domain_of([{"autocast": None, "phase": "train"}, {"phase": "eval"}], ("autocast", "phase", "dtype"))
+    assert domain == {"autocast": [None], "phase": ["eval", "train"], "dtype": [None]}
+    sets = tuple((k, frozenset(v)) for k, v in sorted(domain.items()))
+    assert outside_domain(sets, {"autocast": None, "phase": "train"}) is None
+    assert outside_domain(sets, {"autocast": "cpu:bfloat16", "phase": "train"}) == ("autocast", "cpu:bfloat16")
+
+
+def test_the_invariants_file_keeps_domains_and_rejects_bad_ones(tmp_path):
+    inv = Invariant("StateTransition", {"event": "backward", "attribute": "grad", "effect": "changed"},
+                    (Clause("", (Clause("a", 1), Clause("b", None, ABSENT)), ANY),), {"passing": 5}, "d", (),
+                    {"dtype": ["float32"], "requires_grad": [True]})
+    path = tmp_path / "inv.json"
+    write_invariants([inv], path, [])
+    [back] = read_invariants(path)
+    assert back == inv and back.domain == inv.domain and back.id == inv.id
+    doc = json.loads(path.read_text())
+    doc["invariants"][0]["domain"] = {"dtype": [["nested"]]}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InvariantFileError, match=r"invariants\[0\]\.domain: 'dtype' should be a list of scalar"):
+        read_invariants(path)
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
