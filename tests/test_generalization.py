@@ -8,6 +8,7 @@ program unlike the references, pinned with a small real training run.
 - frozen parameters and blocks skipped by stochastic depth are none of backward's business;
 - a conv under autocast is outside what float32 references showed;
 - an inference-only script is not judged by training-order invariants;
+- a weight initialised twice through ``.data`` is the same parameter both times;
 
 and the preconditions and the monotone merging underneath, on plain examples.
 """
@@ -120,6 +121,22 @@ def test_an_inference_only_script_is_not_judged_by_training_order(single):
     assert {i.subject["api"] for i in leads} >= {"torch.nn.functional.dropout"}
     assert violations == []
     assert any(coverage.outside.get(i.id) and coverage.reasons[i.id] == "a program that never trains" for i in leads)
+
+
+def test_reinitialising_a_weight_through_data_is_caught(tmp_path):
+    """``p.data`` is a new tensor object at each access; the init routine's second
+    ``p.data.normal_()`` on the same weight is still the same parameter, given twice."""
+    runs = _collect(tmp_path, {
+        "ref1": [MLP, "--steps", "3", "--init", "data-normal"],
+        "ref2": [MLP, "--steps", "3", "--init", "data-normal", "--seed", "4"],
+        "bug": [MLP, "--steps", "2", "--bug", "double-init-data"],
+        "clean": [MLP, "--steps", "2", "--init", "data-normal", "--seed", "9"],
+    })
+    invariants, _ = infer_invariants([runs["ref1"], runs["ref2"]])
+    assert any(i.relation == "DistinctArgument" and i.subject["api"] == "torch.Tensor.normal_" for i in invariants)
+    found = [v for v in check_offline(invariants, [runs["bug"]]) if v["relation"] == "DistinctArgument"]
+    assert [v["step"] for v in found] == [-1] and found[0]["api"] == "torch.Tensor.normal_"
+    assert check_offline(invariants, [runs["clean"]]) == []
 
 
 @pytest.fixture(scope="module")

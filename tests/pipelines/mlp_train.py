@@ -26,9 +26,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
-    parser.add_argument("--bug", choices=["none", "optimizer-over-frozen", "no-zero-grad", "double-init"],
+    parser.add_argument("--bug", choices=["none", "optimizer-over-frozen", "no-zero-grad", "double-init",
+                                          "double-init-data"],
                         default="none")
-    parser.add_argument("--init", choices=["default", "normal"], default="default")
+    parser.add_argument("--init", choices=["default", "normal", "data-normal"], default="default",
+                        help="data-normal: initialise through .data, as some _init_weights do")
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per optimizer step")
     parser.add_argument("--clip", type=float, default=0.0, help="clip the grad norm to this before each step")
     parser.add_argument("--print-every", type=int, default=0, help="print 'step N' every N steps")
@@ -36,12 +38,15 @@ def main() -> None:
 
     torch.manual_seed(args.seed)
     model = MLP()
-    if args.init == "normal" or args.bug == "double-init":
+    if args.init != "default" or args.bug in ("double-init", "double-init-data"):
         linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-        if args.bug == "double-init":  # an off-by-one: the first layer is initialised twice
+        if args.bug in ("double-init", "double-init-data"):  # an off-by-one: the first layer twice
             linears = [linears[0], *linears[:-1]]
         for layer in linears:
-            nn.init.normal_(layer.weight, std=0.02)
+            if args.init == "data-normal" or args.bug == "double-init-data":
+                layer.weight.data.normal_(mean=0.0, std=0.02)
+            else:
+                nn.init.normal_(layer.weight, std=0.02)
     if args.freeze_backbone or args.bug == "optimizer-over-frozen":
         for p in model.backbone.parameters():
             p.requires_grad_(False)

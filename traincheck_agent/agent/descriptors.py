@@ -11,6 +11,7 @@ attribute reads and small dicts.
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -58,9 +59,44 @@ def is_parameter(t: torch.Tensor) -> bool:
     return isinstance(t, _PARAMETER)
 
 
+# The parameters registered with a module, by the address of their data: ``p.data`` is a new
+# tensor object at each access, so a tensor at the same address and of the same shape as a live
+# parameter is that parameter seen through ``.data`` (an init routine's ``p.data.normal_()``).
+_parameters_at: dict[int, weakref.ref] = {}
+_prune_at = [4096]  # entries past which the dead ones are dropped (doubles when all are alive)
+
+
+def note_parameter(param: torch.Tensor) -> None:
+    """Remember where ``param``'s data lives (called when a module registers it)."""
+    try:
+        ptr = param.data_ptr()
+    except Exception:  # no storage to speak of (a meta or sparse tensor)
+        return
+    if ptr:
+        _parameters_at[ptr] = weakref.ref(param)
+        if len(_parameters_at) > _prune_at[0]:
+            for key in [k for k, ref in _parameters_at.items() if ref() is None]:
+                del _parameters_at[key]
+            if len(_parameters_at) > _prune_at[0] // 2:
+                _prune_at[0] *= 2
+
+
+def _parameter_behind(t: torch.Tensor) -> torch.Tensor | None:
+    """The live parameter whose data ``t`` is, or None."""
+    try:
+        ref = _parameters_at.get(t.data_ptr())
+    except Exception:
+        return None
+    param = ref() if ref is not None else None
+    if param is None or param is t or param.shape != t.shape or param.data_ptr() != t.data_ptr():
+        return None
+    return param
+
+
 def describe_tensor(t: torch.Tensor, names: dict[int, str], level: str) -> dict[str, Any]:
+    parameter = is_parameter(t)
     out: dict[str, Any] = {
-        "t": "Parameter" if is_parameter(t) else "Tensor",
+        "t": "Parameter" if parameter else "Tensor",
         "shape": list(t.shape),
         "dtype": dtype_name(t.dtype),
         "device": device_name(t.device),
@@ -68,6 +104,11 @@ def describe_tensor(t: torch.Tensor, names: dict[int, str], level: str) -> dict[
         "oid": id(t),
     }
     name = names.get(id(t))
+    if not parameter and _parameters_at:
+        behind = _parameter_behind(t)
+        if behind is not None:
+            out["of"] = id(behind)  # the parameter this tensor is the data of
+            name = names.get(id(behind))
     if name is not None:
         out["name"] = name
     if level == DESCRIBE_FINGERPRINT:

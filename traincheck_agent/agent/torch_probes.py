@@ -18,6 +18,7 @@ from traincheck_agent.agent import runtime
 from traincheck_agent.agent.api_names import defining_class, public_class_name
 from traincheck_agent.agent.call_recorder import CallContext, make_call_wrapper
 from traincheck_agent.agent.compiled_regions import is_compiled_module, watch_compilation
+from traincheck_agent.agent.descriptors import note_parameter
 from traincheck_agent.agent.naming import first_user_frame
 from traincheck_agent.agent.patching import is_traced, wrap_attribute
 from traincheck_agent.agent.runtime import SYNC_CHECK_TIMEOUT_S
@@ -204,6 +205,14 @@ def _wrap_optimizer_method(cls: type, attr: str, before: Any, after: Any) -> Non
     wrap_attribute(owner, attr, wrapper)
 
 
+def _register_parameter_after(ctx: CallContext) -> None:
+    """Remember where a module's parameter lives, so that its ``.data`` is known as it."""
+    if ctx.exc is None:
+        param = ctx.args[1] if len(ctx.args) > 1 else ctx.kwargs.get("param")
+        if isinstance(param, torch.Tensor):
+            note_parameter(param)
+
+
 def _optimizer_init_after(ctx: CallContext) -> None:
     if ctx.exc is not None:
         return
@@ -269,6 +278,10 @@ def install_core_probes(policy: Policy) -> None:
         "torch.nn.Module.zero_grad", args_level=DESCRIBE_SUMMARY, returns_level=DESCRIBE_NONE,
         func_for_names=module_cls.zero_grad, is_method=True,
         before=_zero_grad_before, after=_zero_grad_after,
+    ))
+    wrap_attribute(module_cls, "register_parameter", make_call_wrapper(
+        "torch.nn.Module.register_parameter", args_level=DESCRIBE_NONE, returns_level=DESCRIBE_NONE,
+        after=_register_parameter_after, record=False,
     ))
     wrap_attribute(torch.optim.Optimizer, "__init__", make_call_wrapper(
         "torch.optim.Optimizer.__init__", args_level=DESCRIBE_NONE, returns_level=DESCRIBE_NONE,

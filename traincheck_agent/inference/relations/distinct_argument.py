@@ -1,8 +1,11 @@
 """DistinctArgument: within one step, an API never receives the same parameter twice, e.g. an
 init routine initialises each weight once with ``normal_``.
 
-Only parameters are considered (``"t": "Parameter"`` descriptors), identified by object id
-within the process: temporaries could reuse an id after being freed, parameters live on.
+Only parameters are considered: ``"t": "Parameter"`` descriptors, identified by object id
+within the process (temporaries could reuse an id after being freed, parameters live on), and
+tensors that are a parameter's data (``p.data``, a new object at each access, whose descriptor
+names the parameter in ``of``), identified as that parameter: an init routine that runs
+``p.data.normal_()`` twice on one weight gives it twice.
 Every call is an example: it passes when its parameter was not given to the same API earlier in
 the same step.
 """
@@ -43,10 +46,14 @@ class ArgExample(NamedTuple):
     feature_map = FeatureExample.feature_map
 
 
-def _parameter_argument(args: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+def _parameter_argument(args: dict[str, Any]) -> tuple[str, dict[str, Any], Any] | None:
+    """The first argument that is a parameter, or a parameter's data, and the parameter's id."""
     for name, desc in args.items():
-        if isinstance(desc, dict) and desc.get("t") == "Parameter" and "oid" in desc:
-            return name, desc
+        if isinstance(desc, dict):
+            if desc.get("t") == "Parameter" and "oid" in desc:
+                return name, desc, desc["oid"]
+            if "of" in desc:
+                return name, desc, desc["of"]
     return None
 
 
@@ -62,15 +69,15 @@ class Collector(StreamCollector):
         found = _parameter_argument(record.get("args") or {})
         if found is None:
             return []
-        argument, desc = found
+        argument, desc, oid = found
         api, step = record["api"], int(record.get("step", -1))
         if step != self.step:
             self.step, self.seen = step, set()
-        key = (api, desc["oid"])
+        key = (api, oid)
         repeated = key in self.seen
         self.seen.add(key)
         features = (("phase", record.get("phase")),)
-        return [ArgExample(api, argument, desc["oid"], str(desc.get("name", "")), step, repeated,
+        return [ArgExample(api, argument, oid, str(desc.get("name", "")), step, repeated,
                            self.source.label, features)]
 
 
