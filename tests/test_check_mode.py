@@ -198,6 +198,7 @@ def test_only_what_the_invariants_need_is_instrumented(inv, tmp_path):
     assert checked.calls() == [] and len(collected.calls()) > 30
     assert {r["where"] for r in checked.states()} == {"before:optimizer.step", "after:optimizer.step",
                                                        "after:backward"}
+    assert {r["vtype"] for r in checked.states("after:optimizer.step")} == {"Parameter", "param_group"}
     fed = int(re.search(r"debug: check mode: (\d+) records checked", proc.stderr).group(1))
     assert fed == 1 + len(checked.records) < len(collected.records) / 3
     assert {v["step"] for v in _violations(out)} == {0, 1, 2}
@@ -251,11 +252,12 @@ def test_requirements_follow_the_subjects():
     req = requirements_for([step], policy)
     assert req.state == {"before:zero_grad": {"params.grad"}, "after:zero_grad": {"params.grad"}}
     assert req.apis == {} and req.module_calls is None and not req.keep_nesting
-    # "optimizer.step changes the data" also needs the grad before the step (its magnitude).
+    # "optimizer.step changes the data" also needs the grad before the step and the learning
+    # rate it used (an update too small to show is undecided).
     changed = requirements_for([inv("StateTransition", event="optimizer.step", attribute="data", effect="changed")],
                                policy)
     assert changed.state == {"before:optimizer.step": {"params.data", "params.grad"},
-                             "after:optimizer.step": {"params.data"}}
+                             "after:optimizer.step": {"params.data", "optimizer.hyperparams"}}
     lr = inv("VarPeriodicChange", event="after:optimizer.step", vtype="param_group", variable="optimizer.param_groups.0",
              attribute="lr", period=1, offset=0)
     flag = inv("ContextArgument", api="torch.nn.functional.dropout", argument="training", value=False)

@@ -40,25 +40,30 @@ def _key(violation: dict) -> tuple:
             violation["message"])
 
 
-def _in_thread(invariants: list[Invariant], records: list[dict]) -> list[dict]:
+def _in_thread(invariants: list[Invariant], records: list[dict], coverage: list | None = None) -> list[dict]:
     found: list[dict] = []
     checker = OnlineChecker(invariants, found.append)
     for record in records:
         checker.feed(record)
     checker.finish()
+    if coverage is not None:
+        coverage.append(checker.coverage.to_json())
     return found
 
 
 def test_worker_reports_what_the_in_process_checker_finds(learned):
     _, invariants, records = learned
-    expected = _in_thread(invariants, records)
+    coverage: list[dict] = []
+    expected = _in_thread(invariants, records, coverage)
     assert expected, "the buggy run must violate something"
     lines = [orjson.dumps({"invariants": [i.to_json() for i in invariants]})]
     lines += [orjson.dumps(records[k:k + 50]) for k in range(0, len(records), 50)]
     out = io.BytesIO()
     assert serve(io.BytesIO(b"\n".join(lines) + b"\n"), out) == len(records)
     messages = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert messages[-1] == {"done": {"fed": len(records)}}
+    # The last message also carries what was judged and what was outside the domains.
+    assert messages[-1] == {"done": {"fed": len(records), "coverage": coverage[0]}}
+    assert sum(coverage[0]["checked"].values()) > 0
     assert not [m for m in messages if "error" in m]
     got = [m["violation"] for m in messages if "violation" in m]
     assert sorted(map(_key, got)) == sorted(map(_key, expected))

@@ -137,6 +137,8 @@ def _state_transition(req: Requirements, inv: Invariant, policy: Policy) -> None
     extra = {c.field.split(".", 1)[1] for c in inv.precondition if c.field.startswith("before.")}
     if attribute == "data" and inv.subject.get("effect") == "changed":
         extra.add("grad")
+        if event == "optimizer.step":  # and the learning rate the step used (its param groups)
+            req.need_state(after, ["optimizer.hyperparams"])
     for other in sorted(extra):
         req.need_state(before, _items_for(policy, before, other))
 
@@ -147,6 +149,7 @@ def _grad_applied(req: Requirements, inv: Invariant, policy: Policy) -> None:
     for point in ("before:optimizer.step", "after:optimizer.step"):
         req.need_state(point, _items_for(policy, point, "data"))
     req.need_state("before:optimizer.step", _items_for(policy, "before:optimizer.step", "grad"))
+    req.need_state("after:optimizer.step", ["optimizer.hyperparams"])  # the learning rate a step used
 
 
 def _periodic(req: Requirements, inv: Invariant, policy: Policy) -> None:

@@ -86,15 +86,32 @@ def _features(record: dict[str, Any], before: dict[str, Any], first_in_step: boo
 WHERE_MEMO_LIMIT = 256  # distinct snapshot points remembered (a trace has a dozen at most)
 
 
-def update_negligible(attrs: dict[str, Any]) -> bool:
-    """Whether the grad in ``attrs`` is too small, next to the data, for an update to show."""
+# How far an optimizer's update can exceed ``lr * max(|grad|, 1)``: momentum accumulates about
+# 1 / (1 - beta) grads, and Adam-like updates are about ``lr`` whatever the grad.
+UPDATE_GAIN = 10
+
+
+def update_negligible(attrs: dict[str, Any], lr: float | None = None) -> bool:
+    """Whether the update of the data in ``attrs`` may round away: its grad is too small next to
+    the data, or the step's learning rate is (a schedule that ends at almost zero, a warm-up
+    starting at zero)."""
     data, grad, eps = attrs.get("data"), attrs.get("grad"), _EPSILON.get(attrs.get("dtype", ""))
     if not (isinstance(data, dict) and isinstance(grad, dict)) or eps is None:
         return False
     d, g = data.get("amax"), grad.get("amax")
     if not isinstance(d, (int, float)) or not isinstance(g, (int, float)):
         return False
-    return g < NEGLIGIBLE_EPSILONS * eps * d
+    resolution = NEGLIGIBLE_EPSILONS * eps * d
+    return g < resolution or (lr is not None and UPDATE_GAIN * lr * max(g, 1.0) < resolution)
+
+
+def step_lr(record: dict[str, Any]) -> float | None:
+    """The learning rate in a param group's record taken after an optimizer step (the one the
+    step used), or None for other records."""
+    if record.get("vtype") != "param_group" or record.get("where") != "after:optimizer.step":
+        return None
+    lr = (record.get("attrs") or {}).get("lr")
+    return float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None
 
 
 def touched_by_backward(after: dict[str, Any]) -> bool:
@@ -116,10 +133,34 @@ class TransitionCollector(Collector):
         self.seen_in_step: set[tuple[str, str]] = set()
         self.step_seen: Any = None
         self._where: dict[Any, tuple[str, str]] = {}  # "before:backward" -> ("before", "backward")
+        # The examples of the optimizer step call being recorded, with the grads and data before
+        # it: its param groups' learning rates are recorded after its parameters, and an update
+        # that a near-zero rate let round away is undecided.
+        self.held: list[tuple[TransitionExample, dict[str, Any]]] = []
+        self.held_call: Any = None
+        self.held_lr: float | None = None
 
     def feed(self, record: dict[str, Any]) -> list[TransitionExample]:
         if record.get("kind") != KIND_STATE or record.get("call") is None:
             return []
+        released: list[TransitionExample] = []
+        if self.held and record["call"] != self.held_call:
+            released = self._release()
+        lr = step_lr(record)
+        if lr is not None and record["call"] == self.held_call:
+            self.held_lr = lr if self.held_lr is None else min(self.held_lr, lr)
+        return released + self._feed(record) if released else self._feed(record)
+
+    def finish(self) -> list[TransitionExample]:
+        return self._release()
+
+    def _release(self) -> list[TransitionExample]:
+        lr, held = self.held_lr, self.held
+        self.held, self.held_call, self.held_lr = [], None, None
+        return [e if e.update_negligible or lr is None else e._replace(update_negligible=update_negligible(b, lr))
+                for e, b in held]
+
+    def _feed(self, record: dict[str, Any]) -> list[TransitionExample]:
         where = record.get("where", "")
         split = self._where.get(where) if isinstance(where, str) else None
         if split is None:
@@ -169,4 +210,8 @@ class TransitionCollector(Collector):
                 var=var,
                 update_negligible=negligible,
             ))
+        if event == "optimizer.step" and out:
+            self.held_call = record["call"]
+            self.held += [(e, before) for e in out]
+            return []
         return out

@@ -11,8 +11,11 @@ One example per parameter and iteration in which it got a non-zero grad (after s
 the iteration) and some optimizer step ran: it passes when a step of that iteration changed the
 parameter's data. Gradient accumulation keeps one iteration per step; a step whose update is
 below the data's float resolution is undecided and counts as applied (``update_negligible``).
-Iterations without an optimizer step (a run cut short) give no examples. Examples complete when
-the step moves on, or at the end of the trace.
+A step whose learning rate is too small for the update to show (a schedule ending near zero) is
+undecided too. Iterations without an optimizer step give no examples, and neither does a last
+iteration that the optimizers of the one before did not all step (a GAN's generator update after
+the discriminator's last step). Examples complete when the step moves on, or at the end of the
+trace.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, NamedTuple
 from traincheck_agent.inference.examples import (
     DESCRIPTIVE_ATTRS,
     NONZERO,
+    step_lr,
     update_negligible,
     value_class,
 )
@@ -70,7 +74,11 @@ class Collector(StreamCollector):
         self.step: Any = None
         self.grads: dict[str, tuple[tuple[str, Any], ...]] = {}  # parameters with a grad this iteration
         self.applied: set[str] = set()  # parameters a step of this iteration changed
+        self.unchanged: dict[str, tuple[Any, dict[str, Any]]] = {}  # the others: step call, attrs before
+        self.call_lr: dict[Any, float] = {}  # the smallest learning rate of each step call
         self.stepped = False  # some optimizer step ran in this iteration
+        self.stepped_by: set[str] = set()  # the optimizers that did (their param groups' owners)
+        self.previous_by: set[str] = set()  # those of the last closed iteration
         self.pending: dict[tuple[Any, str], dict[str, Any]] = {}  # before:optimizer.step halves
 
     def feed(self, record: dict[str, Any]) -> list[AppliedExample]:
@@ -88,24 +96,38 @@ class Collector(StreamCollector):
         elif where == BEFORE_STEP:
             self.pending[(record.get("call"), var)] = attrs
         elif where == AFTER_STEP:
+            lr = step_lr(record)
+            if lr is not None:
+                call = record.get("call")
+                self.call_lr[call] = min(lr, self.call_lr.get(call, lr))
+                self.stepped_by.add(str(record.get("owner")))
+                return out
             before = self.pending.pop((record.get("call"), var), None)
             if before is not None and isinstance(before.get("data"), dict) and isinstance(attrs.get("data"), dict):
                 self.stepped = True
                 if before["data"].get("h") != attrs["data"].get("h") or update_negligible(before):
                     self.applied.add(var)
+                else:
+                    self.unchanged[var] = (record.get("call"), before)
         return out
 
     def finish(self) -> list[AppliedExample]:
+        if self.previous_by and not self.previous_by <= self.stepped_by:
+            self.stepped = False  # a partial last iteration
         return self._close_iteration()
 
     def _close_iteration(self) -> list[AppliedExample]:
         out = []
         if self.stepped and isinstance(self.step, int):
             label = self.source.label
-            out = [AppliedExample(var, self.step, label, var in self.applied, features)
+            applied = self.applied | {var for var, (call, before) in self.unchanged.items()
+                                      if update_negligible(before, self.call_lr.get(call))}
+            out = [AppliedExample(var, self.step, label, var in applied, features)
                    for var, features in self.grads.items()]
-        self.grads, self.applied, self.stepped = {}, set(), False
+            self.previous_by = self.stepped_by
+        self.grads, self.applied, self.unchanged, self.stepped, self.stepped_by = {}, set(), {}, False, set()
         self.pending.clear()
+        self.call_lr.clear()
         return out
 
 
