@@ -187,6 +187,57 @@ def test_ranks_started_with_spawn_are_checked_online(tmp_path):
     assert len(summaries) == 2 and {"(rank 0)", "(rank 1)"} <= {s.split(":")[0][-8:] for s in summaries}
 
 
+# ------------------------------------------------------------ GradApplied, on plain records
+
+
+def _state(where: str, var: str, step: int, call: int, **attrs) -> dict:
+    return {"kind": "state", "where": where, "var": var, "step": step, "call": call, "vtype": "Parameter",
+            "phase": "train", "attrs": {"dtype": "float32", "requires_grad": True, **attrs}}
+
+
+def _fp(h: str, amax: float) -> dict:
+    return {"h": h, "amax": amax}
+
+
+def _iteration(step: int, call: int, changed: bool, lr: float, owner: str = "optimizer") -> list[dict]:
+    """One iteration of one parameter: a backward leaves a grad, one step (with its lr) runs."""
+    after = f"d{step + 1}" if changed else f"d{step}"
+    return [
+        _state("after:backward", "w", step, call - 1, grad=_fp(f"g{step}", 0.5)),
+        _state("before:optimizer.step", "w", step, call, data=_fp(f"d{step}", 1.0), grad=_fp(f"g{step}", 0.5)),
+        _state("after:optimizer.step", "w", step, call, data=_fp(after, 1.0), grad=_fp(f"g{step}", 0.5)),
+        {"kind": "state", "where": "after:optimizer.step", "var": f"{owner}.param_groups.0", "step": step,
+         "call": call, "vtype": "param_group", "owner": owner, "attrs": {"lr": lr}},
+    ]
+
+
+def _applied(records: list[dict]) -> list[tuple[int, bool]]:
+    from traincheck_agent.inference.relations import grad_applied
+    from traincheck_agent.inference.stream import TraceSource
+
+    collector = grad_applied.Collector(TraceSource("t", "run", 0))
+    out = [e for r in records for e in collector.feed(r)] + list(collector.finish())
+    return [(e.step, e.applied) for e in out]
+
+
+def test_a_step_whose_learning_rate_is_too_small_to_show_is_undecided():
+    """A schedule that ends near zero leaves the data bit-identical: not a grad left unapplied.
+    The same unchanged data at a normal learning rate is."""
+    records = _iteration(0, 2, True, 0.1) + _iteration(1, 4, False, 1e-9) + _iteration(2, 6, False, 0.1)
+    assert _applied(records) == [(0, True), (1, True), (2, False)]
+
+
+def test_a_last_iteration_that_not_every_optimizer_stepped_gives_no_example():
+    """A GAN's generator update after the discriminator's last step ends the run: the
+    discriminator's grads of that partial iteration are not judged."""
+    full = _iteration(0, 2, True, 0.1, "opt_d") + _iteration(0, 3, True, 0.1, "opt_g")
+    partial = _iteration(1, 5, False, 0.1, "opt_g")
+    assert _applied(full + partial) == [(0, True)]
+    # Both optimizers stepped, neither changed it: judged, and not applied.
+    assert _applied(full + _iteration(1, 5, False, 0.1, "opt_d") + _iteration(1, 6, False, 0.1, "opt_g")) == [
+        (0, True), (1, False)]
+
+
 # ------------------------------------------------------------ preconditions, on plain examples
 
 
