@@ -147,4 +147,7 @@ def test_invariants_learned_without_compiling_hold_for_the_compiled_run_and_back
     for proc, out in ((compiled_run, tmp_path / "c"), (eager_run, tmp_path / "e")):
         _result(proc)
         assert "no violations" in proc.stderr, proc.stderr
-        assert not (out / "violations-0.jsonl").exists()
+        # At most the stats record of examples outside the reference's domain, never a violation.
+        log = out / "violations-0.jsonl"
+        lines = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        assert all(r.get("event") == "coverage" for r in lines), lines
