@@ -28,6 +28,8 @@ class Coverage:
         self.checked: dict[str, int] = {}
         self.outside: dict[str, int] = {}
         self.reasons: dict[str, str] = {}
+        # An example's features -> each invariant's domain verdict on them (see ``violations_of``).
+        self.memo: dict[Any, dict[str, str | None]] = {}
 
     def merge(self, other: dict[str, Any]) -> None:
         """Add counts in the form ``to_json`` gives (from a checker in another process)."""
@@ -79,21 +81,43 @@ def _features_of(example: Any) -> dict[str, Any]:
     return feature_map() if feature_map is not None else {}
 
 
+MEMO_LIMIT = 4096  # distinct feature tuples whose domain verdicts a Coverage remembers
+
+
 def violations_of(relation: ModuleType, invariants: Iterable[Invariant], example: Any,
                   coverage: Coverage | None) -> Iterator[Invariant]:
     """The invariants (of ``example``'s group) it violates, judging it only inside each one's
-    domain; outside examples that the precondition admits are counted in ``coverage``."""
+    domain; outside examples that the precondition admits are counted in ``coverage``.
+
+    The domain verdicts of an example depend on its features alone, and most examples of a run
+    repeat a few feature tuples (the same parameters, step after step): ``coverage`` remembers
+    them per tuple, so the common case costs one lookup per invariant."""
     features = None
     applies = getattr(relation, "outside", None)
+    verdicts = None
+    if coverage is not None:
+        checked = coverage.checked
+        key = getattr(example, "features", None)
+        if key is not None:
+            verdicts = coverage.memo.get(key)
+            if verdicts is None:
+                if len(coverage.memo) >= MEMO_LIMIT:
+                    coverage.memo.clear()
+                verdicts = coverage.memo[key] = {}
     for inv in invariants:
-        domain = inv.domain_sets
+        inv_id = inv.id
         reason = None
-        if domain:
-            if features is None:
-                features = _features_of(example)
-            found = outside_domain(domain, features)
-            if found is not None:
-                reason = _reason(found)
+        if verdicts is not None and inv_id in verdicts:
+            reason = verdicts[inv_id]
+        else:
+            domain = inv.domain_sets
+            if domain:
+                if features is None:
+                    features = _features_of(example)
+                found = outside_domain(domain, features)
+                reason = _reason(found) if found is not None else None
+            if verdicts is not None:
+                verdicts[inv_id] = reason
         if reason is None and applies is not None:
             reason = applies(inv, example)
         if reason is not None:
@@ -101,10 +125,10 @@ def violations_of(relation: ModuleType, invariants: Iterable[Invariant], example
                 if features is None:
                     features = _features_of(example)
                 if holds_all(inv.precondition, features):
-                    coverage.outside[inv.id] = coverage.outside.get(inv.id, 0) + 1
-                    coverage.reasons.setdefault(inv.id, reason[:MAX_REASON_CHARS])
+                    coverage.outside[inv_id] = coverage.outside.get(inv_id, 0) + 1
+                    coverage.reasons.setdefault(inv_id, reason[:MAX_REASON_CHARS])
             continue
         if coverage is not None:
-            coverage.checked[inv.id] = coverage.checked.get(inv.id, 0) + 1
+            checked[inv_id] = checked.get(inv_id, 0) + 1
         if relation.violates(inv, example):
             yield inv

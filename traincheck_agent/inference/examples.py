@@ -143,13 +143,15 @@ class TransitionCollector(Collector):
     def feed(self, record: dict[str, Any]) -> list[TransitionExample]:
         if record.get("kind") != KIND_STATE or record.get("call") is None:
             return []
-        released: list[TransitionExample] = []
-        if self.held and record["call"] != self.held_call:
-            released = self._release()
-        lr = step_lr(record)
-        if lr is not None and record["call"] == self.held_call:
-            self.held_lr = lr if self.held_lr is None else min(self.held_lr, lr)
-        return released + self._feed(record) if released else self._feed(record)
+        if not self.held:
+            return self._feed(record)
+        if record["call"] != self.held_call:
+            return self._release() + self._feed(record)
+        if record.get("vtype") == "param_group":
+            lr = step_lr(record)
+            if lr is not None:
+                self.held_lr = lr if self.held_lr is None else min(self.held_lr, lr)
+        return self._feed(record)
 
     def finish(self) -> list[TransitionExample]:
         return self._release()

@@ -47,6 +47,7 @@ MIN_PASSING = 5
 MIN_STEPS = 2
 KEY = "params"  # one group: every parameter of every model
 GRAD_POINT, BEFORE_STEP, AFTER_STEP = "after:backward", "before:optimizer.step", "after:optimizer.step"
+POINTS = frozenset({GRAD_POINT, BEFORE_STEP, AFTER_STEP})
 DOMAIN_FIELDS = ("vtype", "phase", *DESCRIPTIVE_ATTRS)
 DESCRIPTION = "every parameter that backward gives a non-zero grad is changed by an optimizer step in the same iteration"
 
@@ -89,7 +90,10 @@ class Collector(StreamCollector):
         if step != self.step:
             out = self._close_iteration()
             self.step = step
-        where, var, attrs = record.get("where"), str(record.get("var")), record.get("attrs") or {}
+        where = record.get("where")
+        if where not in POINTS:
+            return out
+        var, attrs = str(record.get("var")), record.get("attrs") or {}
         if where == GRAD_POINT:
             if attrs.get("requires_grad") is not False and value_class(attrs.get("grad")) == NONZERO:
                 self.grads[var] = _features(record)
