@@ -146,7 +146,9 @@ def ranks(tmp_path_factory) -> dict[str, Path]:
     runs = _collect(root, {"ddp": [*TORCHRUN, ddp, "--steps", "6"], "tp": [*TORCHRUN, tp, "--steps", "6"]})
     runs.update(_collect(root, {"ddp_bug": [*TORCHRUN, ddp, "--steps", "4", "--bug", "dtype-roundtrip"],
                                 "tp_bug": [*TORCHRUN, tp, "--bug", "clip-on-one-rank"]}))
-    runs.update(_collect(root, {"ddp_clean": [*TORCHRUN, ddp, "--steps", "5", "--seed", "3"]}))
+    runs.update(_collect(root, {"ddp_clean": [*TORCHRUN, ddp, "--steps", "5", "--seed", "3"],
+                                "tp_unmarked": [*TORCHRUN, tp, "--steps", "6", "--unmarked"]}))
+    runs.update(_collect(root, {"tp_unmarked_bug": [*TORCHRUN, tp, "--unmarked", "--bug", "clip-on-one-rank"]}))
     return runs
 
 
@@ -159,6 +161,22 @@ def test_mixed_ddp_and_tensor_parallel_references_keep_cross_rank_equality(ranks
              and i.subject["event"] == "after:optimizer.step"]
     assert equal
     for bug in ("ddp_bug", "tp_bug"):
+        found = [v for v in check_offline(invariants, [ranks[bug]]) if v["relation"] == "CrossRankConsistent"]
+        assert found and min(v["step"] for v in found) == 0, bug
+    assert check_offline(invariants, [ranks["ddp_clean"]]) == []
+
+
+def test_replicated_parameters_of_an_unmarked_tensor_parallel_layout_are_named(ranks):
+    """Without framework markings, a replicated LayerNorm and a shard look alike in every feature;
+    pooled with DDP, no precondition tells the shards from the replicas. The variables that were
+    equal on every rank in every reference keep an invariant that names them, so clipping on one
+    rank is caught at step 0 and the DDP replicas' drift still is."""
+    invariants, _ = infer_invariants([ranks["ddp"], ranks["tp_unmarked"]])
+    named = [i for i in invariants if i.relation == "CrossRankConsistent" and "variables" in i.subject
+             and i.subject["event"] == "after:optimizer.step" and i.subject["attribute"] == "data"]
+    assert named and "model.0.weight" in named[0].subject["variables"]
+    assert not any(name.startswith("model.1.") for name in named[0].subject["variables"])  # the shard
+    for bug in ("tp_unmarked_bug", "ddp_bug"):
         found = [v for v in check_offline(invariants, [ranks[bug]]) if v["relation"] == "CrossRankConsistent"]
         assert found and min(v["step"] for v in found) == 0, bug
     assert check_offline(invariants, [ranks["ddp_clean"]]) == []

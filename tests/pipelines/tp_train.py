@@ -35,6 +35,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--tp", type=int, default=0, help="tensor-parallel size (0: the whole world)")
     parser.add_argument("--mesh", action="store_true", help="make the groups with init_device_mesh")
+    parser.add_argument("--unmarked", action="store_true",
+                        help="no tensor_model_parallel / partition_dim attributes on the parameters")
     parser.add_argument("--bug", choices=["none", "clip-on-one-rank", "unscaled-shard-grad", "sampler-by-global-rank"], default="none")
     args = parser.parse_args()
     dist.init_process_group("gloo")
@@ -59,9 +61,9 @@ def main() -> None:
     torch.manual_seed(100 + tp_rank)  # each tensor-parallel rank's shard is different
     shard = nn.Linear(16, 8)
     model = nn.Sequential(norm, shard)
-    for p in norm.parameters():
+    for p in norm.parameters() if not args.unmarked else ():
         p.tensor_model_parallel = False
-    for p in shard.parameters():
+    for p in shard.parameters() if not args.unmarked else ():
         p.tensor_model_parallel = True
         p.partition_dim = 0
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -61,6 +61,7 @@ SCOPE_FEATURES = ("grad_sync",)
 SCALAR_VTYPES = ("param_group", "optimizer_settings")
 MIN_PASSING = 5
 MIN_STEPS = 2
+VARIABLES = "variables"  # the subject field of an invariant about named variables (``_by_name``)
 # The context an invariant is judged in (see ``preconditions.domain_of``).
 DOMAIN_FIELDS = ("vtype", "phase", "grad_sync", *DESCRIPTIVE_ATTRS)
 
@@ -224,7 +225,7 @@ def infer(groups: dict[tuple[str, str], list[RankExample]], sources: tuple[str, 
             if family != WORLD:
                 found = [inv for inv in found if not any(implied_by_world(w, inv) for w in world)]
             invariants += found
-            world = found if family == WORLD else world
+            world = [w for w in found if VARIABLES not in w.subject] if family == WORLD else world
     return invariants
 
 
@@ -237,6 +238,7 @@ def _hypotheses(where: str, attribute: str, family: str, group: list[RankExample
     description = f"the {attribute} of each same-named variable is equal on {describe_family(family)} at {where}"
     subject = {"event": where, "attribute": attribute} | family_subject(family)
     out = []
+    covered: set[str] = set()  # variables some scoped invariant judges
     for scope in deduce_scopes(features, [e.feature_map() for e in group if not e.equal], [e.run for e in passing]):
         kept = [passing[i] for i in scope.passing]
         if len(kept) < MIN_PASSING or len({e.step for e in kept}) < MIN_STEPS:
@@ -253,12 +255,62 @@ def _hypotheses(where: str, attribute: str, family: str, group: list[RankExample
             sources=sources,
             domain=domain_of(kept_features, DOMAIN_FIELDS),
         ))
-    return out
+        covered |= {e.var for e in passing if holds_all(precondition, e.feature_map())}
+    named = _by_name(where, attribute, family, group, covered, sources)
+    return out + ([named] if named is not None else [])
+
+
+def _by_name(where: str, attribute: str, family: str, group: list[RankExample], covered: set[str],
+             sources: tuple[str, ...]) -> Invariant | None:
+    """Equality of the variables no precondition could scope, named one by one: the replicated
+    parameters of a tensor-parallel layout that marks nothing look like its shards in every
+    feature, but each of them was equal on every rank in every reference, and each shard never
+    was. A variable that any reference showed unequal is left out."""
+    equal: dict[str, list[RankExample]] = defaultdict(list)
+    unequal: set[str] = set()
+    for e in group:
+        if e.var not in covered:
+            (equal[e.var].append(e) if e.equal else unequal.add(e.var))
+    names = sorted(v for v, examples in equal.items()
+                   if v not in unequal and len({e.step for e in examples}) >= MIN_STEPS)
+    kept = [e for v in names for e in equal[v]]
+    if not names or len(kept) < MIN_PASSING:
+        return None
+    features = [e.feature_map() for e in kept]
+    precondition = scoped([], features, SCOPE_FEATURES)
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    description = (f"the {attribute} of each of {len(names)} named variables ({shown}) is equal on "
+                   f"{describe_family(family)} at {where}")
+    return Invariant(
+        relation=RELATION,
+        subject={"event": where, "attribute": attribute, VARIABLES: names} | family_subject(family),
+        precondition=tuple(precondition),
+        support={"passing": len(kept), "excluded": len(group) - len(kept),
+                 "steps": len({e.step for e in kept}), "variables": len(names)},
+        description=with_condition(description, precondition),
+        sources=sources,
+        domain=domain_of(features, DOMAIN_FIELDS),
+    )
 
 
 def violates(invariant: Invariant, e: RankExample) -> bool:
+    names = invariant.subject.get(VARIABLES)
+    if names is not None and e.var not in _name_set(invariant):
+        return False
     return e.group == family_of_invariant(invariant) and not e.equal and holds_all(invariant.precondition,
                                                                                   e.feature_map())
+
+
+_NAME_SETS: dict[str, frozenset[str]] = {}
+
+
+def _name_set(invariant: Invariant) -> frozenset[str]:
+    """The named variables of an invariant, as a set (made once per invariant)."""
+    found = _NAME_SETS.get(invariant.id)
+    if found is None:
+        names = invariant.subject.get(VARIABLES)
+        found = _NAME_SETS[invariant.id] = frozenset(map(str, names)) if isinstance(names, list) else frozenset()
+    return found
 
 
 def violation(invariant: Invariant, ex: RankExample) -> dict[str, Any]:
