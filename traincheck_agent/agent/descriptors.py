@@ -104,7 +104,8 @@ def describe_tensor(t: torch.Tensor, names: dict[int, str], level: str) -> dict[
         "oid": id(t),
     }
     name = names.get(id(t))
-    if not parameter and _parameters_at:
+    # ``p.data`` never requires grad: activations of a training forward, which do, are skipped.
+    if not parameter and not out["rg"] and _parameters_at:
         behind = _parameter_behind(t)
         if behind is not None:
             out["of"] = id(behind)  # the parameter this tensor is the data of

@@ -334,6 +334,11 @@ class CheckSink:
                     self.rank = record["rank"]
                     self.log = ViolationLog(self.out_dir, self.rank)
                 return
+        # Ranks a script starts itself set up their process group before they train: once
+        # training is under way, a single process stays one and its batches are not scanned.
+        last = records[-1].get("step") if records else None
+        if isinstance(last, int) and last >= 1:
+            self._rank_unsettled = False
 
     def start_process(self) -> None:
         """Start the checker process now. Bootstrap calls this before torch is imported, so

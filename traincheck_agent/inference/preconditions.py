@@ -311,6 +311,12 @@ def deduce_scopes(passing: Sequence[dict[str, Any]], failing: Sequence[dict[str,
     return list(scopes.values())
 
 
+def enough_support(steps: Sequence[int], min_passing: int, min_steps: int) -> bool:
+    """Whether passing examples at ``steps`` (one entry per example) are enough to keep a
+    hypothesis: at least ``min_passing`` of them, over at least ``min_steps`` distinct steps."""
+    return len(steps) >= min_passing and len(set(steps)) >= min_steps
+
+
 Domain = tuple[tuple[str, frozenset[Any]], ...]
 
 

@@ -21,6 +21,7 @@ from traincheck_agent.inference.preconditions import (
     FeatureExample,
     deduce_scopes,
     domain_of,
+    enough_support,
     holds_all,
     with_condition,
 )
@@ -121,7 +122,7 @@ def infer(groups: dict[tuple[str, str], list[FlagExample]], sources: tuple[str, 
                                        [e.trace for e in passing], PRIORITY):
                 kept = [passing[i] for i in scope.passing]
                 precondition = scope.precondition
-                if not precondition or len(kept) < MIN_PASSING or len({e.step for e in kept}) < MIN_STEPS:
+                if not precondition or not enough_support([e.step for e in kept], MIN_PASSING, MIN_STEPS):
                     continue  # []: not explained by the context (cannot happen: both values occur)
                 invariants.append(Invariant(
                     relation=RELATION,

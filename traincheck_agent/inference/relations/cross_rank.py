@@ -32,6 +32,7 @@ from traincheck_agent.inference.preconditions import (
     FeatureExample,
     deduce_scopes,
     domain_of,
+    enough_support,
     holds_all,
     scoped,
     with_condition,
@@ -241,7 +242,7 @@ def _hypotheses(where: str, attribute: str, family: str, group: list[RankExample
     covered: set[str] = set()  # variables some scoped invariant judges
     for scope in deduce_scopes(features, [e.feature_map() for e in group if not e.equal], [e.run for e in passing]):
         kept = [passing[i] for i in scope.passing]
-        if len(kept) < MIN_PASSING or len({e.step for e in kept}) < MIN_STEPS:
+        if not enough_support([e.step for e in kept], MIN_PASSING, MIN_STEPS):
             continue
         kept_features = [features[i] for i in scope.passing]
         precondition = scoped(scope.precondition, kept_features, SCOPE_FEATURES)

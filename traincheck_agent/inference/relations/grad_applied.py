@@ -34,6 +34,7 @@ from traincheck_agent.inference.preconditions import (
     FeatureExample,
     deduce_scopes,
     domain_of,
+    enough_support,
     holds_all,
     with_condition,
 )
@@ -153,7 +154,7 @@ def infer(groups: dict[str, list[AppliedExample]], sources: tuple[str, ...]) -> 
     for scope in deduce_scopes(features, [e.feature_map() for e in group if not e.applied],
                                [e.trace for e in passing]):
         kept = [passing[i] for i in scope.passing]
-        if len(kept) < MIN_PASSING or len({e.step for e in kept}) < MIN_STEPS:
+        if not enough_support([e.step for e in kept], MIN_PASSING, MIN_STEPS):
             continue
         invariants.append(Invariant(
             relation=RELATION,

@@ -18,6 +18,7 @@ from traincheck_agent.inference.preconditions import (
     FeatureExample,
     deduce_scopes,
     domain_of,
+    enough_support,
     holds_all,
     with_condition,
 )
@@ -91,7 +92,7 @@ def infer(groups: dict[str, list[ShapeExample]], sources: tuple[str, ...]) -> li
             for scope in deduce_scopes(features, [e.feature_map() for e in group if not e.keeps(dim)],
                                        [e.trace for e in passing]):
                 kept = [passing[i] for i in scope.passing]
-                if (len(kept) < MIN_PASSING or len({e.step for e in kept}) < MIN_STEPS
+                if (not enough_support([e.step for e in kept], MIN_PASSING, MIN_STEPS)
                         or len({e.input_shape[dim] for e in kept}) < MIN_SIZES):
                     continue
                 precondition = scope.precondition

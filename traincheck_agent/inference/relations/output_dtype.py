@@ -22,6 +22,7 @@ from traincheck_agent.inference.preconditions import (
     FeatureExample,
     deduce_scopes,
     domain_of,
+    enough_support,
     holds_all,
     ordered,
     with_condition,
@@ -90,7 +91,7 @@ def infer(groups: dict[str, list[CallExample]], sources: tuple[str, ...]) -> lis
                                        [features[i] for i in range(len(group)) if i not in chosen],
                                        [group[i].trace for i in passing_idx]):
                 kept = [passing_idx[i] for i in scope.passing]
-                if len(kept) < MIN_PASSING or len({group[i].step for i in kept}) < MIN_STEPS:
+                if not enough_support([group[i].step for i in kept], MIN_PASSING, MIN_STEPS):
                     continue
                 kept_features = [features[i] for i in kept]
                 precondition = _scoped_to_input_dtype(scope.precondition, kept_features)

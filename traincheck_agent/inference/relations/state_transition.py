@@ -26,6 +26,7 @@ from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     deduce_scopes,
     domain_of,
+    enough_support,
     holds_all,
     scoped,
     with_condition,
@@ -112,7 +113,7 @@ def infer(groups: Groups, sources: tuple[str, ...]) -> list[Invariant]:
             failing = [features[i] for i in decided if i not in passing_set]
             for scope in deduce_scopes(passing, failing, [group[i].trace for i in passing_idx]):
                 kept = [passing_idx[i] for i in scope.passing]
-                if len(kept) < MIN_PASSING or len({group[i].step for i in kept}) < MIN_STEPS:
+                if not enough_support([group[i].step for i in kept], MIN_PASSING, MIN_STEPS):
                     continue
                 kept_features = [features[i] for i in kept]
                 precondition = scoped(scope.precondition, kept_features, SCOPE_FEATURES)
