@@ -40,7 +40,7 @@ CAUSES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "spectral-eval-first": (("APISequence", "ContextArgument"), ("spectral", "compute_weight", "power")),
     "ddp-dtype-roundtrip": (("CrossRankConsistent",), ()),
     "tp-clip-one-rank": (("CrossRankConsistent",), ()),
-    "autocast-escape": (("ConsistentOutput",), ()),
+    "autocast-escape": (("ConsistentOutput", "AutocastRegion"), ()),
     "double-init": (("DistinctArgument",), ()),
     "dropout-in-eval": (("ContextArgument", "APISequence"), ("dropout",)),
 }

@@ -9,6 +9,12 @@ program unlike the references, pinned with a small real training run.
 - a conv under autocast is outside what float32 references showed;
 - an inference-only script is not judged by training-order invariants;
 - a weight initialised twice through ``.data`` is the same parameter both times;
+- a custom-initialised layer that a generic init loop initialises again is caught, although
+  the two initialisers differ;
+- a module that slips out of the autocast region is caught by name, and a run without
+  autocast at all is outside those invariants' domain;
+- a dropout left at its default ``training=True`` in evaluation is caught (defaults of
+  boolean parameters are recorded);
 
 and the preconditions and the monotone merging underneath, on plain examples.
 """
@@ -41,8 +47,10 @@ from traincheck_agent.inference.preconditions import (
     domain_of,
     outside_domain,
 )
+from traincheck_agent.inference.relations.context_argument import MODE_SETTERS
 
 SD = str(PIPELINES / "stochastic_depth_train.py")
+RESIDUAL = str(PIPELINES / "residual_mlp_train.py")
 MLP = str(PIPELINES / "mlp_train.py")
 CNN = cnn_train.__file__
 TORCHRUN = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone"]
@@ -137,6 +145,77 @@ def test_reinitialising_a_weight_through_data_is_caught(tmp_path):
     found = [v for v in check_offline(invariants, [runs["bug"]]) if v["relation"] == "DistinctArgument"]
     assert [v["step"] for v in found] == [-1] and found[0]["api"] == "torch.Tensor.normal_"
     assert check_offline(invariants, [runs["clean"]]) == []
+
+
+@pytest.fixture(scope="module")
+def residual(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("residual")
+    runs = _collect(root, {
+        "ref": [RESIDUAL, "--steps", "8"],
+        "ref2": [RESIDUAL, "--steps", "6", "--seed", "1", "--eval-every", "2"],
+        "amp": [RESIDUAL, "--steps", "8", "--autocast"],
+        "amp2": [RESIDUAL, "--steps", "6", "--seed", "1", "--autocast"],
+    })
+    runs.update(_collect(root, {
+        "init_bug": [RESIDUAL, "--steps", "2", "--seed", "2", "--bug", "init-overwrite"],
+        "escape_bug": [RESIDUAL, "--steps", "4", "--seed", "2", "--autocast", "--bug", "autocast-escape"],
+        "dropout_bug": [RESIDUAL, "--steps", "6", "--seed", "2", "--bug", "dropout-default"],
+        "amp_clean": [RESIDUAL, "--steps", "5", "--seed", "3", "--autocast", "--width", "8"],
+    }))
+    return runs
+
+
+def test_a_custom_init_that_a_generic_init_loop_repeats_is_caught(residual):
+    """The custom layer initialises itself with ``normal_`` / ``zero_``; an ``isinstance``
+    match in the model's init loop then gives it ``xavier_uniform_`` / ``zeros_`` too. No API
+    sees a parameter twice, the initialisers' family does; a layer's default initialisation
+    (inside its ``reset_parameters``) does not count."""
+    invariants, _ = infer_invariants([residual["ref"], residual["ref2"]])
+    family = [i for i in invariants if i.relation == "DistinctArgument" and i.subject["api"] == "initialisers"]
+    assert family and "torch.nn.init.xavier_uniform_" in family[0].subject["family"]
+    found = [v for v in check_offline(invariants, [residual["init_bug"]]) if v["relation"] == "DistinctArgument"]
+    assert {v["step"] for v in found} == {-1}
+    assert {v["api"] for v in found} == {"torch.nn.init.xavier_uniform_", "torch.nn.init.zeros_"}
+    assert "(first by torch.Tensor.normal_)" in " ".join(v["message"] for v in found)
+
+
+def test_a_module_that_escapes_autocast_is_caught_by_name(residual):
+    invariants, _ = infer_invariants([residual["amp"], residual["amp2"]])
+    coverage = Coverage()
+    found = [v for v in check_offline(invariants, [residual["escape_bug"]], coverage=coverage)
+             if v["relation"] == "AutocastRegion"]
+    assert found and {v["variable"] for v in found} == {"model.blocks.1.fc"} and min(v["step"] for v in found) == 0
+    assert check_offline(invariants, [residual["amp_clean"]]) == []
+    # A run with autocast switched off as a whole is outside what the references showed.
+    region = [i for i in invariants if i.relation == "AutocastRegion"]
+    assert region and all(i.domain["step_autocast"] == ["cpu:bfloat16"] for i in region)
+    assert check_offline(region, [residual["ref"]]) == []
+
+
+def test_dropout_left_at_its_default_in_evaluation_is_caught(residual):
+    invariants, _ = infer_invariants([residual["ref"], residual["ref2"]])
+    found = [v for v in check_offline(invariants, [residual["dropout_bug"]]) if v["relation"] == "ContextArgument"]
+    assert found and min(v["step"] for v in found) == 3
+    assert all("called with training=True" in v["message"] and "phase eval" in v["message"] for v in found)
+    assert check_offline(invariants, [residual["ref2"]]) == []
+    # model.train() records mode=True now, eval() mode=False: a mode setter changes the
+    # context, it does not follow it.
+    assert not [i for i in invariants if i.relation == "ContextArgument" and i.subject["api"] in MODE_SETTERS]
+
+
+def test_boolean_defaults_are_recorded():
+    import torch
+    import torch.nn.functional as F
+
+    from traincheck_agent.agent.descriptors import arg_signature, describe_args
+    from traincheck_agent.policy.model import DESCRIBE_SUMMARY
+
+    signature = arg_signature(F.dropout, False)
+    x = torch.zeros(2)
+    assert describe_args(signature, (x, 0.1), {}, DESCRIBE_SUMMARY, {}, {})["training"] is True
+    assert describe_args(signature, (x, 0.1, False), {}, DESCRIBE_SUMMARY, {}, {})["training"] is False
+    assert describe_args(signature, (x,), {"training": False}, DESCRIBE_SUMMARY, {}, {})["training"] is False
+    assert arg_signature(torch.Tensor.sum, True).flag_defaults == ((1, "keepdim", False),)  # from the docstring
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,13 @@ import torch
 from traincheck_agent import faults
 from traincheck_agent.agent import runtime
 from traincheck_agent.agent.compiled_regions import in_compiled_region
-from traincheck_agent.agent.descriptors import describe, describe_args, parameter_names
+from traincheck_agent.agent.descriptors import (
+    NO_SIGNATURE,
+    ArgSignature,
+    arg_signature,
+    describe,
+    describe_args,
+)
 from traincheck_agent.agent.patching import TracedFunction  # noqa: F401  (re-export)
 from traincheck_agent.policy.model import DESCRIBE_NONE
 from traincheck_agent.trace.schema import KIND_CALL
@@ -36,7 +42,6 @@ from traincheck_agent.trace.schema import KIND_CALL
 Hook = Callable[["CallContext"], None]
 # APIs under this prefix return batches: their return values are described as data.
 DATA_LOADING_PREFIX = "torch.utils.data."
-_NOT_READ = object()
 
 
 class CallContext:
@@ -97,7 +102,7 @@ def make_call_wrapper(
     """
     # Read from the signature at the first recorded call: most wrapped APIs are never called
     # in a given run, and reading a signature costs tens of microseconds.
-    arg_names: tuple[str, ...] | None | object = _NOT_READ
+    signature: ArgSignature | None = None
     state = runtime.thread_state
     time_ns = time.time_ns
     hookless = before is None and after is None
@@ -107,7 +112,7 @@ def make_call_wrapper(
     fire = faults.fire
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        nonlocal arg_names
+        nonlocal signature
         if in_compiled_region():  # dynamo traces this call: no recording, no graph break
             return wrapped(*args, **kwargs)
         rt = runtime.current
@@ -152,9 +157,9 @@ def make_call_wrapper(
                 stage = "describe"
                 if armed:
                     fire("describe")
-                if arg_names is _NOT_READ:
-                    arg_names = parameter_names(func_for_names, is_method) if func_for_names is not None else None
-                described = describe_args(arg_names, args, kwargs, a_level, registry.param_names, registry.module_names)
+                if signature is None:
+                    signature = arg_signature(func_for_names, is_method) if func_for_names is not None else NO_SIGNATURE
+                described = describe_args(signature, args, kwargs, a_level, registry.param_names, registry.module_names)
                 if describe_self and instance is not None and a_level != DESCRIBE_NONE:
                     described = {"self": describe(instance, a_level, registry.param_names, registry.module_names), **described}
                 stage = "record"

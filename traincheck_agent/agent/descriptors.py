@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -154,39 +154,62 @@ def describe(value: Any, level: str, names: dict[int, str], module_names: dict[i
     return {"t": type(value).__name__}
 
 
-def parameter_names(func: Callable[..., Any], bound_method: bool) -> tuple[str, ...] | None:
-    """Positional parameter names of ``func`` (without ``self`` for methods), or None when the
-    signature cannot be read (C functions)."""
+class ArgSignature(NamedTuple):
+    """What a recorded call needs of its function's signature: the positional parameter names
+    (without ``self`` for methods), and the boolean defaults of parameters a caller may leave
+    out. Mode flags such as ``F.dropout(x, p)``'s ``training=True`` are recorded with their
+    default value, so a call that relies on one reads the same as a call that passes it."""
+
+    names: tuple[str, ...] | None
+    flag_defaults: tuple[tuple[int, str, bool], ...]  # (position or -1 for keyword-only, name, default)
+
+
+def arg_signature(func: Callable[..., Any], bound_method: bool) -> ArgSignature:
+    """The signature facts of ``func``; positional names are None when the signature cannot be
+    read (C functions without a documented signature)."""
     try:
         params = list(inspect.signature(func).parameters.values())
     except (TypeError, ValueError):
-        return _names_from_docstring(func)
-    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if bound_method and names and names[0] in ("self", "cls"):
-        names = names[1:]
-    return tuple(names)
+        return _signature_from_docstring(func)
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if bound_method and positional and positional[0].name in ("self", "cls"):
+        positional = positional[1:]
+    flags = [(positional.index(p) if p in positional else -1, p.name, p.default) for p in params
+             if type(p.default) is bool and p.kind is not p.POSITIONAL_ONLY]
+    return ArgSignature(tuple(p.name for p in positional), tuple(flags))
 
 
-def _names_from_docstring(func: Callable[..., Any]) -> tuple[str, ...] | None:
+def _signature_from_docstring(func: Callable[..., Any]) -> ArgSignature:
     """torch's C functions document their signature on the docstring's first line, e.g.
-    ``normal_(mean=0, std=1, *, generator=None) -> Tensor``: read the positional names."""
+    ``normal_(mean=0, std=1, *, generator=None) -> Tensor``: read the positional names and the
+    boolean defaults."""
     doc = (getattr(func, "__doc__", None) or "").strip()
     first = doc.splitlines()[0] if doc else ""
     name = getattr(func, "__name__", "")
     if not name or not first.startswith(f"{name}(") or ")" not in first:
-        return None
-    names = []
+        return ArgSignature(None, ())
+    names: list[str] = []
+    flags: list[tuple[int, str, bool]] = []
+    keyword_only = False
     for part in first[len(name) + 1 : first.index(")")].split(","):
-        part = part.strip().split("=")[0].strip()
-        if part in ("*", "") or part.startswith("*"):
+        key, _, default = (s.strip() for s in part.partition("="))
+        if key in ("*", "") or key.startswith("*"):
+            keyword_only = True
+            continue
+        if not key.isidentifier():
             break
-        if part.isidentifier():
-            names.append(part)
-    return tuple(names)
+        if default in ("True", "False"):
+            flags.append((-1 if keyword_only else len(names), key, default == "True"))
+        if not keyword_only:
+            names.append(key)
+    return ArgSignature(tuple(names), tuple(flags))
+
+
+NO_SIGNATURE = ArgSignature(None, ())
 
 
 def describe_args(
-    arg_names: Sequence[str] | None,
+    signature: ArgSignature,
     args: Sequence[Any],
     kwargs: dict[str, Any],
     level: str,
@@ -196,9 +219,13 @@ def describe_args(
     if level == DESCRIBE_NONE:
         return {}
     out: dict[str, Any] = {}
+    arg_names = signature.names
     for i, value in enumerate(args):
         key = arg_names[i] if arg_names is not None and i < len(arg_names) else str(i)
         out[key] = describe(value, level, names, module_names)
     for key, value in kwargs.items():
         out[key] = describe(value, level, names, module_names)
+    for position, key, default in signature.flag_defaults:
+        if key not in out and (position < 0 or position >= len(args)):
+            out[key] = default
     return out

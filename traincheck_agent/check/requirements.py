@@ -186,7 +186,14 @@ def _consistent_output(req: Requirements, inv: Invariant, policy: Policy) -> Non
 
 
 def _distinct_argument(req: Requirements, inv: Invariant, policy: Policy) -> None:
-    req.need_call(inv.subject["api"], SUMMARY, NONE)
+    family = inv.subject.get("family")
+    if family is not None:  # the initialisers the references used, judged as one API
+        if not isinstance(family, list) or not all(isinstance(api, str) for api in family):
+            raise ValueError("family should be a list of API names")
+        for api in family:
+            req.need_call(api, SUMMARY, NONE)
+    else:
+        req.need_call(inv.subject["api"], SUMMARY, NONE)
     req.keep_nesting = True
 
 
@@ -194,6 +201,11 @@ def _context_argument(req: Requirements, inv: Invariant, policy: Policy) -> None
     req.need_call(inv.subject["api"], SUMMARY, NONE)
     # The flag is judged against the training flag of the enclosing module: every module call
     # is recorded with its receiver, so that the nearest one is always found.
+    req.module_calls = (SUMMARY, NONE)
+
+
+def _autocast_region(req: Requirements, inv: Invariant, policy: Policy) -> None:
+    # A step's autocast states come from all its module calls, not only the watched one's.
     req.module_calls = (SUMMARY, NONE)
 
 
@@ -225,6 +237,7 @@ RELATION_NEEDS: dict[str, Callable[[Requirements, Invariant, Policy], None]] = {
     "ConsistentOutput": _consistent_output,
     "DistinctArgument": _distinct_argument,
     "ContextArgument": _context_argument,
+    "AutocastRegion": _autocast_region,
     "APISequence": _api_sequence,
     "Threshold": _threshold,
     "VarPeriodicChange": _periodic,

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
 STEP_WINDOW = 50
 STATE_RELATIONS = frozenset({"StateTransition", "GradApplied", "CrossRankConsistent", "CrossRankValue",
-                             "VarPeriodicChange", "ConsistentInputOutput", "ConsistentOutput"})
+                             "VarPeriodicChange", "ConsistentInputOutput", "ConsistentOutput",
+                             "AutocastRegion"})
 ORDERING_RELATIONS = frozenset({"APISequence", "EventContain", "ContextArgument",
                                 "DistinctArgument", "Threshold"})
 _DIGITS = re.compile(r"\d+")
@@ -113,7 +114,15 @@ def _about(record: dict[str, Any], invariant: Invariant | None, field: str) -> A
     return evidence.get(key) if isinstance(evidence, dict) else None
 
 
+# Relations whose violations share one subject whatever API they name: one region of code
+# (an autocast block) holds modules of several classes, and one fault moves all of them.
+_SHARED_SUBJECTS = {"AutocastRegion": "autocast region"}
+
+
 def _subject_of(record: dict[str, Any], invariant: Invariant | None) -> str:
+    shared = _SHARED_SUBJECTS.get(str(record.get("relation") or (invariant.relation if invariant else "")))
+    if shared is not None:
+        return shared
     subject = _about(record, invariant, "subject")
     if isinstance(subject, dict):
         for key in ("event", "api"):

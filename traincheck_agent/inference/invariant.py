@@ -36,6 +36,7 @@ ID_PREFIXES = {
     "ConsistentInputOutput": "io",
     "CrossRankValue": "cv",
     "GradApplied": "ga",
+    "AutocastRegion": "ar",
 }
 
 # The subject fields each relation reads when it checks (a file missing one would fail later,
@@ -53,9 +54,10 @@ SUBJECT_FIELDS = {
     "ConsistentInputOutput": ("api", "dim"),
     "CrossRankValue": ("api", "position", "form"),
     "GradApplied": ("event", "attribute", "effect"),
+    "AutocastRegion": ("api", "module", "autocast"),
 }
 NAME_FIELDS = ("api", "event", "child", "between", "argument", "attribute", "variable", "vtype",
-               "form", "property", "op", "effect", "position")
+               "form", "property", "op", "effect", "position", "module", "autocast")
 
 
 class InvariantFileError(ValueError):

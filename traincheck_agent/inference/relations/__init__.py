@@ -24,6 +24,7 @@ MODULES = {
     "ConsistentInputOutput": "input_output",
     "CrossRankValue": "cross_rank_values",
     "GradApplied": "grad_applied",
+    "AutocastRegion": "autocast_region",
 }
 
 

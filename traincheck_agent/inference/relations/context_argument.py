@@ -8,6 +8,12 @@ precondition must explain them from the context: the training flag of the module
 forward made the call, the phase, grad mode, autocast. The module's own flag is preferred when
 it explains the calls as well as the others do: it is what the framework means (an evaluation
 run with grad enabled, or a frozen teacher in train mode under no_grad, keeps that relation).
+The enclosing module is the nearest module *forward*: ``Module.eval`` calling ``train(False)``
+does not make ``train``'s flag follow anything.
+
+The flags of the calls that set a mode (``Module.train(mode)``, ``requires_grad_``) are not
+hypothesised: they change the context rather than follow it, and scripts legitimately call
+``model.train()`` in whatever mode the model already is.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ class FlagExample(NamedTuple):
     feature_map = FeatureExample.feature_map
 
 
+MODE_SETTERS = frozenset({"torch.nn.Module.train", "torch.nn.Module.requires_grad_", "torch.Tensor.requires_grad_"})
+
 # Tie-break order of precondition fields: the most meaningful explanation first.
 PRIORITY = ("module_training", "phase", "grad_enabled", "autocast")
 _UNKNOWN = "unknown"
@@ -67,11 +75,12 @@ class Collector(StreamCollector):
         if record.get("kind") != KIND_CALL:
             return []
         wanted, api = self.wanted, record.get("api")
-        flags = [(k, v) for k, v in (record.get("args") or {}).items()
-                 if isinstance(v, bool) and (wanted is None or (api, k) in wanted)]
+        flags = [] if api in MODE_SETTERS else [
+            (k, v) for k, v in (record.get("args") or {}).items()
+            if isinstance(v, bool) and (wanted is None or (api, k) in wanted)]
         children = self.waiting.pop(record.get("id"), [])
         out: list[FlagExample] = []
-        module_flag = module_training(record)
+        module_flag = module_training(record) if str(api).endswith(".forward") else None
         if module_flag is not None:
             out += self._examples(children, module_flag)
             children = []

@@ -8,10 +8,18 @@ names the parameter in ``of``), identified as that parameter: an init routine th
 ``p.data.normal_()`` twice on one weight gives it twice.
 Every call is an example: it passes when its parameter was not given to the same API earlier in
 the same step.
+
+Initialisers (``torch.nn.init.*`` and the in-place fills ``Tensor.normal_`` / ``uniform_`` /
+``zero_`` / ``fill_``) also form one family, judged as if they were one API: a custom init that
+a generic one overwrites (``isinstance``-matched layers initialised in their constructor and
+again by the model's init loop) gives one parameter to two different initialisers. A layer's
+own default initialisation runs inside its ``reset_parameters``, which the policy records, so
+it is an inner call and does not count.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from traincheck_agent.inference.invariant import Invariant
@@ -23,14 +31,28 @@ from traincheck_agent.inference.preconditions import (
     with_condition,
 )
 from traincheck_agent.inference.stream import Collector as StreamCollector
-from traincheck_agent.inference.stream import TraceSource, api_filter
+from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "DistinctArgument"
 READS = (KIND_CALL,)  # the record kinds its collector reads
-record_filter = api_filter  # checking: each example is one call of the invariant's API
 MIN_PASSING = 5
 MIN_DISTINCT = 5
+INITIALISERS = "initialisers"  # the family's name, in place of an API
+_TENSOR_FILLS = frozenset({"torch.Tensor.normal_", "torch.Tensor.uniform_", "torch.Tensor.zero_", "torch.Tensor.fill_"})
+
+
+def is_initialiser(api: str) -> bool:
+    """Whether ``api`` overwrites a tensor with fresh values, whatever it held."""
+    return api.startswith("torch.nn.init.") or api in _TENSOR_FILLS
+
+
+def record_filter(invariants: Iterable[Invariant]) -> Callable[[dict[str, Any]], bool]:
+    """Checking: each example is one call of the invariant's API, or of an initialiser for the
+    family's invariant."""
+    apis = frozenset(inv.subject["api"] for inv in invariants)
+    family = INITIALISERS in apis
+    return lambda record: record.get("api") in apis or (family and is_initialiser(record.get("api") or ""))
 
 
 class ArgExample(NamedTuple):
@@ -42,6 +64,8 @@ class ArgExample(NamedTuple):
     repeated: bool
     trace: str
     features: tuple[tuple[str, Any], ...]
+    member: str = ""  # for the initialisers' family: the API called
+    first: str = ""  # for a repeat in the family: the API that gave the parameter first
 
     feature_map = FeatureExample.feature_map
 
@@ -61,7 +85,7 @@ class Collector(StreamCollector):
     def __init__(self, source: TraceSource) -> None:
         super().__init__(source)
         self.step: int | None = None
-        self.seen: set[tuple[str, int]] = set()  # (api, parameter oid) in the current step
+        self.seen: dict[tuple[str, int], str] = {}  # (api or family, parameter oid) in the current step -> API
 
     def feed(self, record: dict[str, Any]) -> list[ArgExample]:
         if record.get("kind") != KIND_CALL or record.get("parent") is not None:
@@ -72,13 +96,16 @@ class Collector(StreamCollector):
         argument, desc, oid = found
         api, step = record["api"], int(record.get("step", -1))
         if step != self.step:
-            self.step, self.seen = step, set()
-        key = (api, oid)
-        repeated = key in self.seen
-        self.seen.add(key)
-        features = (("phase", record.get("phase")),)
-        return [ArgExample(api, argument, oid, str(desc.get("name", "")), step, repeated,
-                           self.source.label, features)]
+            self.step, self.seen = step, {}
+        name, features = str(desc.get("name", "")), (("phase", record.get("phase")),)
+        out = []
+        for key in ((api, oid), (INITIALISERS, oid)) if is_initialiser(api) else ((api, oid),):
+            first = self.seen.get(key)
+            if first is None:
+                self.seen[key] = api
+            out.append(ArgExample(key[0], argument, oid, name, step, first is not None, self.source.label, features,
+                                  api if key[0] == INITIALISERS else "", first or ""))
+        return out
 
 
 def key_of(example: ArgExample) -> str:
@@ -101,10 +128,16 @@ def infer(groups: dict[str, list[ArgExample]], sources: tuple[str, ...]) -> list
             kept = [passing[i] for i in scope.passing]
             if len(kept) < MIN_PASSING or len({(e.trace, e.oid) for e in kept}) < MIN_DISTINCT:
                 continue
-            description = f"{api} never receives the same parameter twice in one step"
+            subject: dict[str, Any] = {"api": api, "argument": kept[0].argument}
+            if api == INITIALISERS:
+                subject["argument"] = "tensor"
+                subject["family"] = sorted({e.member for e in group})
+                description = "no parameter is initialised twice in one step (by any initialiser)"
+            else:
+                description = f"{api} never receives the same parameter twice in one step"
             invariants.append(Invariant(
                 relation=RELATION,
-                subject={"api": api, "argument": kept[0].argument},
+                subject=subject,
                 precondition=tuple(scope.precondition),
                 support={"passing": len(kept), "excluded": len(group) - len(kept),
                          "steps": len({e.step for e in kept})},
@@ -121,6 +154,9 @@ def violates(invariant: Invariant, e: ArgExample) -> bool:
 
 def violation(invariant: Invariant, ex: ArgExample) -> dict[str, Any]:
     which = ex.name or f"(object {ex.oid})"
-    return {"step": ex.step, "api": ex.api, "variable": ex.name, "trace": ex.trace,
-            "message": f"{invariant.description}: {ex.api} received the same parameter {which} again "
-                       f"at step {ex.step}"}
+    if ex.member:
+        message = (f"{invariant.description}: {ex.member} initialised parameter {which} again at step {ex.step} "
+                   f"(first by {ex.first})")
+    else:
+        message = f"{invariant.description}: {ex.api} received the same parameter {which} again at step {ex.step}"
+    return {"step": ex.step, "api": ex.member or ex.api, "variable": ex.name, "trace": ex.trace, "message": message}
