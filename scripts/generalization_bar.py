@@ -32,17 +32,19 @@ from traincheck_agent.inference.invariant import Invariant
 
 HERE = Path(__file__).resolve().parent / "generalization"
 
-# The relations whose invariants sit at each mechanism's cause, and the words (besides the
-# manifest's cause names) that a group at the cause names.
-CAUSES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "optimizer-wrong-params": (("GradApplied", "StateTransition"), ("optimizer.step",)),
-    "no-zero-grad": (("StateTransition", "APISequence"), ("backward", "zero_grad")),
-    "spectral-eval-first": (("APISequence", "ContextArgument"), ("spectral", "compute_weight", "power")),
-    "ddp-dtype-roundtrip": (("CrossRankConsistent",), ()),
-    "tp-clip-one-rank": (("CrossRankConsistent",), ()),
-    "autocast-escape": (("ConsistentOutput", "AutocastRegion"), ()),
-    "double-init": (("DistinctArgument",), ()),
-    "dropout-in-eval": (("ContextArgument", "APISequence"), ("dropout",)),
+# The relations whose invariants sit at each mechanism's cause, each with the words (besides the
+# manifest's cause names) that a group of it at the cause names.
+CAUSES: dict[str, dict[str, tuple[str, ...]]] = {
+    "optimizer-wrong-params": {"GradApplied": ("optimizer.step",), "StateTransition": ("optimizer.step",)},
+    "no-zero-grad": {"StateTransition": ("backward", "zero_grad"), "APISequence": ("backward", "zero_grad")},
+    "spectral-eval-first": {r: ("spectral", "compute_weight", "power") for r in ("APISequence", "ContextArgument")},
+    "ddp-dtype-roundtrip": {"CrossRankConsistent": ()},
+    "tp-clip-one-rank": {"CrossRankConsistent": ()},
+    "autocast-escape": {"ConsistentOutput": (), "AutocastRegion": ()},
+    "double-init": {"DistinctArgument": ()},
+    # Dropout left off in training: a dropout call with the wrong flag, or the optimizer steps
+    # taken with the model in eval mode.
+    "dropout-in-eval": {"ContextArgument": ("dropout",), "APISequence": ("dropout",), "UpdateMode": ("optimizer.step",)},
 }
 # Mechanisms whose cause is a named module or parameter: the top group must name one of the
 # manifest's cause names. For the others the relation and the words above say it (a double
@@ -76,11 +78,12 @@ class Bar:
 
 
 def _caught(mechanism: str, bug: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
-    relations, words = CAUSES[mechanism]
-    texts = list(bug.get("cause_names") or []) if mechanism in NAMED_CAUSES else list(words)
+    causes = CAUSES[mechanism]
+    relation = verdict.top.relation if verdict.top is not None else ""
+    texts = list(bug.get("cause_names") or []) if mechanism in NAMED_CAUSES else list(causes.get(relation, ()))
     first = verdict.first_step
     within = first is not None and first <= int(bug["fault_step"]) + 1
-    at_cause = points_at(verdict.top, relations, texts)
+    at_cause = points_at(verdict.top, causes, texts)
     return {"caught": bool(verdict.violations) and within and at_cause, "violations": len(verdict.violations),
             "first_step": first, "within_one_iteration": within, "top_group_at_cause": at_cause,
             "top_group": verdict.top_text()}

@@ -37,6 +37,7 @@ from traincheck_agent.agent.descriptors import (
 )
 from traincheck_agent.agent.patching import TracedFunction  # noqa: F401  (re-export)
 from traincheck_agent.policy.model import DESCRIBE_NONE
+from traincheck_agent.trace.initialisers import initialises
 from traincheck_agent.trace.schema import KIND_CALL
 
 Hook = Callable[["CallContext"], None]
@@ -108,6 +109,9 @@ def make_call_wrapper(
     hookless = before is None and after is None
     default_levels = (args_level, returns_level)
     returns_batch = isinstance(api, str) and api.startswith(DATA_LOADING_PREFIX)
+    # Calls made inside an initialiser or a layer's reset_parameters are marked ``in_init``: they
+    # are part of that initialisation, not a second one.
+    initialising = isinstance(api, str) and initialises(api)
     armed = faults.armed  # empty unless a test injects agent faults
     fire = faults.fire
 
@@ -175,6 +179,8 @@ def make_call_wrapper(
                     "args": described,
                 }
                 extra = active_context(grad, rt.registry.accumulating())
+                if state.init_depth:
+                    extra = {**(extra or {}), "in_init": True}
                 if extra is not None:
                     record_fields["ctx"] = extra
         except Exception as exc:  # agent fault: the user's call still runs
@@ -187,6 +193,8 @@ def make_call_wrapper(
 
         stack = state.stack
         stack.append(ctx.call_id)
+        if initialising:
+            state.init_depth += 1
         t0 = time_ns()
         try:
             result = wrapped(*args, **kwargs)
@@ -196,6 +204,8 @@ def make_call_wrapper(
             raise
         finally:
             t1 = time_ns()
+            if initialising:
+                state.init_depth -= 1
             if stack and stack[-1] == ctx.call_id:
                 stack.pop()
             _epilogue(ctx, record_fields, t0, t1, levels[1] if levels is not None else DESCRIBE_NONE, after)
@@ -238,9 +248,13 @@ def make_call_wrapper(
         stack = state.stack
         call_id = runtime.next_call_id()
         stack.append(call_id)
+        if initialising:
+            state.init_depth += 1
         try:
             return wrapped(*args, **kwargs)
         finally:
+            if initialising:
+                state.init_depth -= 1
             if stack and stack[-1] == call_id:
                 stack.pop()
             if not stack:

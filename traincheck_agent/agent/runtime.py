@@ -42,6 +42,7 @@ class _ThreadState(threading.local):
     def __init__(self) -> None:
         self.stack: list[int] = []
         self.busy = False
+        self.init_depth = 0  # how many initialising calls (``trace.initialisers``) are open
 
 
 thread_state = _ThreadState()
@@ -175,6 +176,7 @@ def reset_thread_state_after_fork() -> None:
     parent's checker asked for (the runtime's locks are renewed by ``ForkSafeLock``)."""
     thread_state.stack = []
     thread_state.busy = False
+    thread_state.init_depth = 0
     rt = current
     if rt is not None:
         rt.action_pending = None

@@ -209,6 +209,11 @@ def _autocast_region(req: Requirements, inv: Invariant, policy: Policy) -> None:
     req.module_calls = (SUMMARY, NONE)
 
 
+def _update_mode(req: Requirements, inv: Invariant, policy: Policy) -> None:
+    # The phase of the parameters' snapshot before the step.
+    req.need_state("before:optimizer.step", _items_for(policy, "before:optimizer.step", "data"))
+
+
 def _api_sequence(req: Requirements, inv: Invariant, policy: Policy) -> None:
     subject = inv.subject
     if subject.get("form") == "leads":
@@ -238,6 +243,7 @@ RELATION_NEEDS: dict[str, Callable[[Requirements, Invariant, Policy], None]] = {
     "DistinctArgument": _distinct_argument,
     "ContextArgument": _context_argument,
     "AutocastRegion": _autocast_region,
+    "UpdateMode": _update_mode,
     "APISequence": _api_sequence,
     "Threshold": _threshold,
     "VarPeriodicChange": _periodic,

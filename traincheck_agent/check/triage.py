@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 STEP_WINDOW = 50
 STATE_RELATIONS = frozenset({"StateTransition", "GradApplied", "CrossRankConsistent", "CrossRankValue",
                              "VarPeriodicChange", "ConsistentInputOutput", "ConsistentOutput",
-                             "AutocastRegion"})
+                             "AutocastRegion", "UpdateMode"})
 ORDERING_RELATIONS = frozenset({"APISequence", "EventContain", "ContextArgument",
                                 "DistinctArgument", "Threshold"})
 _DIGITS = re.compile(r"\d+")

@@ -94,7 +94,10 @@ UPDATE_GAIN = 10
 def update_negligible(attrs: dict[str, Any], lr: float | None = None) -> bool:
     """Whether the update of the data in ``attrs`` may round away: its grad is too small next to
     the data, or the step's learning rate is (a schedule that ends at almost zero, a warm-up
-    starting at zero)."""
+    starting at zero). A zero rate changes nothing whatever the grad, even one the optimizer has
+    moved out of the parameter (ZeRO keeps grads in its partitions)."""
+    if lr is not None and lr <= 0.0:
+        return True
     data, grad, eps = attrs.get("data"), attrs.get("grad"), _EPSILON.get(attrs.get("dtype", ""))
     if not (isinstance(data, dict) and isinstance(grad, dict)) or eps is None:
         return False
@@ -112,6 +115,28 @@ def step_lr(record: dict[str, Any]) -> float | None:
         return None
     lr = (record.get("attrs") or {}).get("lr")
     return float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None
+
+
+class LearningRates:
+    """The learning rate each optimizer step ran with, as far as its param groups' records
+    tell. A group's record after a step shows the rate the step used, or the next one when a
+    scheduler runs inside the step call (DeepSpeed's engine steps its scheduler); the smaller of
+    that record and the group's previous one is taken, so an update that a near-zero rate let
+    round away is never read as a step that skipped the parameter."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, float] = {}  # param group -> the rate its last record showed
+
+    def observe(self, record: dict[str, Any]) -> float | None:
+        """The rate in force for the step of ``record``, a param group's record after a step;
+        None for other records."""
+        lr = step_lr(record)
+        if lr is None:
+            return None
+        group = str(record.get("var"))
+        previous = self.last.get(group)
+        self.last[group] = lr
+        return lr if previous is None else min(lr, previous)
 
 
 def touched_by_backward(after: dict[str, Any]) -> bool:
@@ -139,6 +164,7 @@ class TransitionCollector(Collector):
         self.held: list[tuple[TransitionExample, dict[str, Any]]] = []
         self.held_call: Any = None
         self.held_lr: float | None = None
+        self.rates = LearningRates()
 
     def feed(self, record: dict[str, Any]) -> list[TransitionExample]:
         if record.get("kind") != KIND_STATE or record.get("call") is None:
@@ -148,7 +174,7 @@ class TransitionCollector(Collector):
         if record["call"] != self.held_call:
             return self._release() + self._feed(record)
         if record.get("vtype") == "param_group":
-            lr = step_lr(record)
+            lr = self.rates.observe(record)
             if lr is not None:
                 self.held_lr = lr if self.held_lr is None else min(self.held_lr, lr)
         return self._feed(record)

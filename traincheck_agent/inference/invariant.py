@@ -37,6 +37,7 @@ ID_PREFIXES = {
     "CrossRankValue": "cv",
     "GradApplied": "ga",
     "AutocastRegion": "ar",
+    "UpdateMode": "um",
 }
 
 # The subject fields each relation reads when it checks (a file missing one would fail later,
@@ -55,9 +56,11 @@ SUBJECT_FIELDS = {
     "CrossRankValue": ("api", "position", "form"),
     "GradApplied": ("event", "attribute", "effect"),
     "AutocastRegion": ("api", "module", "autocast"),
+    "UpdateMode": ("event", "model", "phase"),
 }
 NAME_FIELDS = ("api", "event", "child", "between", "argument", "attribute", "variable", "vtype",
-               "form", "property", "op", "effect", "position", "module", "autocast")
+               "form", "property", "op", "effect", "position", "module", "autocast", "model",
+               "phase")
 
 
 class InvariantFileError(ValueError):

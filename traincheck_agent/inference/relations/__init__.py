@@ -25,6 +25,7 @@ MODULES = {
     "CrossRankValue": "cross_rank_values",
     "GradApplied": "grad_applied",
     "AutocastRegion": "autocast_region",
+    "UpdateMode": "update_mode",
 }
 
 

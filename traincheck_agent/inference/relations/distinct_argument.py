@@ -1,7 +1,9 @@
 """DistinctArgument: within one step, an API never receives the same parameter twice, e.g. an
 init routine initialises each weight once with ``normal_``.
 
-Only parameters are considered: ``"t": "Parameter"`` descriptors, identified by object id
+Initialisers are judged wherever they are called (``model.apply(init_fn)`` nests them in a
+recorded call) unless another initialisation encloses them (the trace marks those ``in_init``);
+other APIs only as outermost calls. Only parameters are considered: ``"t": "Parameter"`` descriptors, identified by object id
 within the process (temporaries could reuse an id after being freed, parameters live on), and
 tensors that are a parameter's data (``p.data``, a new object at each access, whose descriptor
 names the parameter in ``of``), identified as that parameter: an init routine that runs
@@ -32,6 +34,7 @@ from traincheck_agent.inference.preconditions import (
 )
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import TraceSource
+from traincheck_agent.trace.initialisers import is_initialiser
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "DistinctArgument"
@@ -39,12 +42,6 @@ READS = (KIND_CALL,)  # the record kinds its collector reads
 MIN_PASSING = 5
 MIN_DISTINCT = 5
 INITIALISERS = "initialisers"  # the family's name, in place of an API
-_TENSOR_FILLS = frozenset({"torch.Tensor.normal_", "torch.Tensor.uniform_", "torch.Tensor.zero_", "torch.Tensor.fill_"})
-
-
-def is_initialiser(api: str) -> bool:
-    """Whether ``api`` overwrites a tensor with fresh values, whatever it held."""
-    return api.startswith("torch.nn.init.") or api in _TENSOR_FILLS
 
 
 def record_filter(invariants: Iterable[Invariant]) -> Callable[[dict[str, Any]], bool]:
@@ -88,13 +85,19 @@ class Collector(StreamCollector):
         self.seen: dict[tuple[str, int], str] = {}  # (api or family, parameter oid) in the current step -> API
 
     def feed(self, record: dict[str, Any]) -> list[ArgExample]:
-        if record.get("kind") != KIND_CALL or record.get("parent") is not None:
+        if record.get("kind") != KIND_CALL:
+            return []
+        api = record["api"]
+        if is_initialiser(api):
+            if (record.get("ctx") or {}).get("in_init"):
+                return []  # part of another initialisation (kaiming_normal_'s normal_, a reset_parameters)
+        elif record.get("parent") is not None:
             return []  # outermost calls only: a helper's inner calls are its own business
         found = _parameter_argument(record.get("args") or {})
         if found is None:
             return []
         argument, desc, oid = found
-        api, step = record["api"], int(record.get("step", -1))
+        step = int(record.get("step", -1))
         if step != self.step:
             self.step, self.seen = step, {}
         name, features = str(desc.get("name", "")), (("phase", record.get("phase")),)

@@ -15,7 +15,9 @@ A step whose learning rate is too small for the update to show (a schedule endin
 undecided too. Iterations without an optimizer step give no examples, and neither does a last
 iteration that the optimizers of the one before did not all step (a GAN's generator update after
 the discriminator's last step). Examples complete when the step moves on, or at the end of the
-trace.
+trace. An unapplied grad is judged once the parameter's next grad arrives or the iteration after
+ends: a second optimizer that steps after the clock's (the clock counts its step in the next
+iteration) applies it there.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any, NamedTuple
 from traincheck_agent.inference.examples import (
     DESCRIPTIVE_ATTRS,
     NONZERO,
-    step_lr,
+    LearningRates,
     update_negligible,
     value_class,
 )
@@ -82,6 +84,11 @@ class Collector(StreamCollector):
         self.stepped_by: set[str] = set()  # the optimizers that did (their param groups' owners)
         self.previous_by: set[str] = set()  # those of the last closed iteration
         self.pending: dict[tuple[Any, str], dict[str, Any]] = {}  # before:optimizer.step halves
+        self.rates = LearningRates()
+        # Unapplied grads of the last closed iteration: a step that the clock counts in the next
+        # iteration (a second optimizer stepping after the first) may still apply them before
+        # the parameter's next grad.
+        self.carried: dict[str, AppliedExample] = {}
 
     def feed(self, record: dict[str, Any]) -> list[AppliedExample]:
         if record.get("kind") != KIND_STATE:
@@ -96,12 +103,15 @@ class Collector(StreamCollector):
             return out
         var, attrs = str(record.get("var")), record.get("attrs") or {}
         if where == GRAD_POINT:
+            late = self.carried.pop(var, None)
+            if late is not None:
+                out.append(late)  # a new grad came before any step applied the old one
             if attrs.get("requires_grad") is not False and value_class(attrs.get("grad")) == NONZERO:
                 self.grads[var] = _features(record)
         elif where == BEFORE_STEP:
             self.pending[(record.get("call"), var)] = attrs
         elif where == AFTER_STEP:
-            lr = step_lr(record)
+            lr = self.rates.observe(record)
             if lr is not None:
                 call = record.get("call")
                 self.call_lr[call] = min(lr, self.call_lr.get(call, lr))
@@ -112,6 +122,9 @@ class Collector(StreamCollector):
                 self.stepped = True
                 if before["data"].get("h") != attrs["data"].get("h") or update_negligible(before):
                     self.applied.add(var)
+                    late = self.carried.pop(var, None)
+                    if late is not None:
+                        out.append(late._replace(applied=True))
                 else:
                     self.unchanged[var] = (record.get("call"), before)
         return out
@@ -119,16 +132,24 @@ class Collector(StreamCollector):
     def finish(self) -> list[AppliedExample]:
         if self.previous_by and not self.previous_by <= self.stepped_by:
             self.stepped = False  # a partial last iteration
-        return self._close_iteration()
+        out = self._close_iteration()
+        out += self.carried.values()
+        self.carried = {}
+        return out
 
     def _close_iteration(self) -> list[AppliedExample]:
-        out = []
+        out = list(self.carried.values())  # grads of the iteration before that nothing applied since
+        self.carried = {}
         if self.stepped and isinstance(self.step, int):
             label = self.source.label
             applied = self.applied | {var for var, (call, before) in self.unchanged.items()
                                       if update_negligible(before, self.call_lr.get(call))}
-            out = [AppliedExample(var, self.step, label, var in applied, features)
-                   for var, features in self.grads.items()]
+            for var, features in self.grads.items():
+                example = AppliedExample(var, self.step, label, var in applied, features)
+                if example.applied:
+                    out.append(example)
+                else:
+                    self.carried[var] = example
             self.previous_by = self.stepped_by
         self.grads, self.applied, self.unchanged, self.stepped, self.stepped_by = {}, set(), {}, False, set()
         self.pending.clear()

@@ -1,0 +1,90 @@
+"""UpdateMode: the optimizer steps that update a model run while it trains, e.g. "optimizer
+steps that update `model` run in phase train".
+
+An evaluation that switches the model to ``eval()`` and never switches it back leaves dropout
+off and batch norm frozen for the rest of the run: no error, a loss curve that still falls. The
+steps taken in that state are the fault, whatever layer shows it.
+
+One example per optimizer step call and model: the phase of the snapshot taken before the step
+(``eval`` when the model is in eval mode or grad is disabled). A value the references showed at
+every step (at least three) becomes the invariant. A script that steps under ``no_grad`` on
+purpose shows ``eval`` in its references and keeps that; references that disagree give none.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from traincheck_agent.inference.invariant import Invariant
+from traincheck_agent.inference.preconditions import enough_support
+from traincheck_agent.inference.stream import Collector as StreamCollector
+from traincheck_agent.inference.stream import TraceSource
+from traincheck_agent.trace.schema import KIND_STATE
+
+RELATION = "UpdateMode"
+READS = (KIND_STATE,)  # the record kinds its collector reads
+EVENT = "optimizer.step"
+POINT = f"before:{EVENT}"
+MIN_STEPS = 3
+
+
+class StepMode(NamedTuple):
+    model: str  # the owner of the parameters the step updates
+    phase: str
+    step: int
+    trace: str
+
+
+class Collector(StreamCollector):
+    def __init__(self, source: TraceSource) -> None:
+        super().__init__(source)
+        self.seen: set[tuple[Any, str]] = set()  # (step call, model) of the current call
+        self.call: Any = None
+
+    def feed(self, record: dict[str, Any]) -> list[StepMode]:
+        if record.get("kind") != KIND_STATE or record.get("where") != POINT or record.get("vtype") != "Parameter":
+            return []
+        call, model = record.get("call"), str(record.get("owner") or "")
+        if call != self.call:
+            self.call, self.seen = call, set()
+        if (call, model) in self.seen or not isinstance(record.get("step"), int) or record["step"] < 0:
+            return []
+        self.seen.add((call, model))
+        return [StepMode(model, str(record.get("phase")), record["step"], self.source.label)]
+
+
+def key_of(example: StepMode) -> str:
+    return example.model
+
+
+def invariant_key(invariant: Invariant) -> str:
+    return invariant.subject["model"]
+
+
+def infer(groups: dict[str, list[StepMode]], sources: tuple[str, ...]) -> list[Invariant]:
+    invariants = []
+    for model, group in sorted(groups.items()):
+        phases = {e.phase for e in group}
+        if len(phases) != 1 or not enough_support([e.step for e in group], MIN_STEPS, MIN_STEPS):
+            continue
+        phase = phases.pop()
+        who = f"`{model}`" if model else "the model"
+        invariants.append(Invariant(
+            relation=RELATION,
+            subject={"event": EVENT, "model": model, "phase": phase},
+            precondition=(),
+            support={"passing": len(group), "excluded": 0, "steps": len({e.step for e in group})},
+            description=f"optimizer steps that update {who} run in phase {phase}",
+            sources=sources,
+        ))
+    return invariants
+
+
+def violates(invariant: Invariant, e: StepMode) -> bool:
+    return e.phase != invariant.subject["phase"]
+
+
+def violation(invariant: Invariant, ex: StepMode) -> dict[str, Any]:
+    why = " (the model in eval mode, or grad disabled)" if ex.phase == "eval" else ""
+    return {"step": ex.step, "api": EVENT, "variable": ex.model, "trace": ex.trace,
+            "message": f"{invariant.description}: the step at step {ex.step} ran in phase {ex.phase}{why}"}
