@@ -15,6 +15,10 @@ program unlike the references, pinned with a small real training run.
   autocast at all is outside those invariants' domain;
 - a dropout left at its default ``training=True`` in evaluation is caught (defaults of
   boolean parameters are recorded);
+- an init applied twice through ``model.apply`` is caught, and training left in eval mode
+  after an evaluation is caught at the first step it takes;
+- a second optimizer that steps after the clock's still applies its grads, and a zero learning
+  rate (a warm-up, a scheduler inside DeepSpeed's step) changes nothing;
 
 and the preconditions and the monotone merging underneath, on plain examples.
 """
@@ -162,6 +166,17 @@ def residual(tmp_path_factory) -> dict[str, Path]:
         "dropout_bug": [RESIDUAL, "--steps", "6", "--seed", "2", "--bug", "dropout-default"],
         "amp_clean": [RESIDUAL, "--steps", "5", "--seed", "3", "--autocast", "--width", "8"],
     }))
+    runs.update(_collect(root, {
+        "apply": [RESIDUAL, "--steps", "4", "--init", "apply"],
+        "apply2": [RESIDUAL, "--steps", "4", "--init", "apply", "--seed", "1"],
+        "double_apply": [RESIDUAL, "--steps", "2", "--init", "apply", "--seed", "2", "--bug", "double-apply"],
+        "left_in_eval": [RESIDUAL, "--steps", "6", "--seed", "2", "--bug", "left-in-eval"],
+    }))
+    runs.update(_collect(root, {
+        "two": [RESIDUAL, "--steps", "8", "--two-optimizers"],
+        "two2": [RESIDUAL, "--steps", "6", "--two-optimizers", "--seed", "1"],
+        "two_clean": [RESIDUAL, "--steps", "5", "--two-optimizers", "--seed", "3", "--lr", "0.005"],
+    }))
     return runs
 
 
@@ -201,6 +216,48 @@ def test_dropout_left_at_its_default_in_evaluation_is_caught(residual):
     # model.train() records mode=True now, eval() mode=False: a mode setter changes the
     # context, it does not follow it.
     assert not [i for i in invariants if i.relation == "ContextArgument" and i.subject["api"] in MODE_SETTERS]
+
+
+def test_an_init_applied_twice_through_module_apply_is_caught(residual):
+    """``model.apply(init)`` nests every initialiser in a recorded call; they are judged all
+    the same, while the fills inside an initialiser or a ``reset_parameters`` are not."""
+    invariants, _ = infer_invariants([residual["apply"], residual["apply2"]])
+    assert any(i.relation == "DistinctArgument" and i.subject["api"] == "torch.nn.init.kaiming_uniform_"
+               for i in invariants)
+    found = [v for v in check_offline(invariants, [residual["double_apply"]]) if v["relation"] == "DistinctArgument"]
+    assert found and {v["step"] for v in found} == {-1}
+    assert "torch.nn.init.kaiming_uniform_" in {v["api"] for v in found}
+
+
+def test_training_left_in_eval_mode_is_caught_at_the_first_step_it_takes(residual):
+    invariants, _ = infer_invariants([residual["ref"], residual["ref2"]])
+    mode = [i for i in invariants if i.relation == "UpdateMode"]
+    assert [i.subject for i in mode] == [{"event": "optimizer.step", "model": "model", "phase": "train"}]
+    found = check_offline(invariants, [residual["left_in_eval"]])
+    assert found and found[0]["step"] == 3
+    assert {v["step"] for v in found if v["relation"] == "UpdateMode"} == {3, 4, 5}
+
+
+def test_a_second_optimizer_stepped_after_the_clocks_applies_its_grads(residual):
+    """The clock counts the first optimizer's step; the head's optimizer steps after it, in what
+    the clock calls the next iteration. Its grads are applied all the same."""
+    invariants, _ = infer_invariants([residual["two"], residual["two2"]])
+    assert [i for i in invariants if i.relation == "GradApplied"]
+    assert check_offline(invariants, [residual["two_clean"]]) == []
+
+
+def test_a_zero_learning_rate_changes_nothing_and_the_rate_in_force_is_the_smaller():
+    from traincheck_agent.inference.examples import LearningRates, update_negligible
+
+    # ZeRO keeps grads in its partitions: no grad at the step, but a zero rate decides.
+    assert update_negligible({"dtype": "float32", "data": {"amax": 1.0}}, 0.0)
+    assert not update_negligible({"dtype": "float32", "data": {"amax": 1.0}}, 1e-3)
+    rates = LearningRates()
+    record = {"vtype": "param_group", "where": "after:optimizer.step", "var": "opt.param_groups.0"}
+    assert rates.observe({**record, "attrs": {"lr": 0.0}}) == 0.0
+    assert rates.observe({**record, "attrs": {"lr": 2e-3}}) == 0.0  # a warm-up stepped inside the step call
+    assert rates.observe({**record, "attrs": {"lr": 3e-3}}) == 2e-3
+    assert rates.observe({"vtype": "Parameter", "where": "after:optimizer.step"}) is None
 
 
 def test_boolean_defaults_are_recorded():

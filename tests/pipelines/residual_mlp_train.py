@@ -6,7 +6,11 @@ makes one line deep:
   re-initialises the custom layer its constructor already initialised;
 - ``autocast-escape``: a helper runs the second block's layer with autocast disabled;
 - ``dropout-default``: the blocks call ``F.dropout(h, p)`` and rely on the default
-  ``training=True``, so dropout stays on in evaluation.
+  ``training=True``, so dropout stays on in evaluation;
+- ``left-in-eval``: the evaluation helper never switches the model back to training mode;
+- ``double-apply``: with ``--init apply``, the model's ``apply(init)`` runs twice.
+
+``--two-optimizers`` trains the output layer with its own optimizer, stepped after the other.
 """
 
 from __future__ import annotations
@@ -68,6 +72,12 @@ def init_weights(model: nn.Module, match_subclasses: bool) -> None:
             nn.init.zeros_(m.bias)
 
 
+def init_linear(m: nn.Module) -> None:
+    if type(m) is nn.Linear:
+        nn.init.kaiming_uniform_(m.weight, nonlinearity="relu")
+        nn.init.zeros_(m.bias)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=6)
@@ -76,15 +86,23 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=16)
     parser.add_argument("--eval-every", type=int, default=3)
     parser.add_argument("--autocast", action="store_true", help="train under cpu bf16 autocast")
-    parser.add_argument("--bug", choices=["none", "init-overwrite", "autocast-escape", "dropout-default"],
-                        default="none")
+    parser.add_argument("--init", choices=["loop", "apply"], default="loop")
+    parser.add_argument("--two-optimizers", action="store_true")
+    parser.add_argument("--bug", choices=["none", "init-overwrite", "autocast-escape", "dropout-default",
+                                          "left-in-eval", "double-apply"], default="none")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
     gen = torch.Generator().manual_seed(args.seed)
     model = ResidualMLP(args.width, 0.2, 1 if args.bug == "autocast-escape" else -1, args.bug == "dropout-default")
-    init_weights(model, match_subclasses=args.bug == "init-overwrite")
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    if args.init == "apply":
+        for _ in range(2 if args.bug == "double-apply" else 1):
+            model.apply(init_linear)
+    else:
+        init_weights(model, match_subclasses=args.bug == "init-overwrite")
+    head = list(model.out.parameters()) if args.two_optimizers else []
+    body = [p for p in model.parameters() if all(p is not q for q in head)]
+    optimizers = [torch.optim.Adam(body, lr=args.lr)] + ([torch.optim.SGD(head, lr=args.lr)] if head else [])
     true_w = torch.randn(6, 1, generator=gen)
     x_val = torch.randn(32, 6, generator=gen)
     y_val = x_val @ true_w
@@ -96,14 +114,17 @@ def main() -> None:
         with region:
             pred = model(x)
         loss = F.mse_loss(pred.float(), y)
-        opt.zero_grad()
+        for opt in optimizers:
+            opt.zero_grad()
         loss.backward()
-        opt.step()
+        for opt in optimizers:
+            opt.step()
         if args.eval_every and (step + 1) % args.eval_every == 0:
             model.eval()
             with torch.no_grad():
                 val = F.mse_loss(model(x_val).float(), y_val)
-            model.train()
+            if args.bug != "left-in-eval":
+                model.train()
             print(f"step {step} loss {loss.item():.4f} val {val.item():.4f}")
 
 
