@@ -410,6 +410,16 @@ def test_no_world_writable_output_even_with_umask_000(umask_runs):
     assert writable == [], "world-writable output under umask 000"
 
 
+def test_cli_check_output_directories_follow_the_documented_mode(umask_runs):
+    root = umask_runs[0o000].parent
+    out = root / "cli" / "deep"
+    proc = _run_with_umask(0o000, ["-m", "traincheck_agent", "check", str(root / "ref"), "-i", str(root / "inv.json"),
+                                   "--out", str(out)], dict(os.environ))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode in (0, 1), err
+    assert [oct(stat.S_IMODE(d.stat().st_mode)) for d in (out.parent, out)] == ["0o775", "0o775"]
+
+
 # --- documentation -----------------------------------------------------------------------------
 
 

@@ -1,5 +1,6 @@
 """How the agent creates its output: directories and append-only files that honour the user's
-umask and are never world-writable, even under ``umask 000``."""
+umask and are never world-writable, even under ``umask 000``. Every directory the agent or the
+CLI creates (output, report, the policy cache's parents) goes through ``make_output_dir``."""
 
 from __future__ import annotations
 

@@ -99,6 +99,7 @@ def run_check(args: argparse.Namespace) -> int:
     from traincheck_agent.inference.coverage import Coverage
     from traincheck_agent.inference.engine import check_offline
     from traincheck_agent.inference.invariant import InvariantFileError
+    from traincheck_agent.output_files import make_output_dir
     from traincheck_agent.trace.reader import TraceFormatError, find_trace_files
 
     try:
@@ -118,7 +119,7 @@ def run_check(args: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(f"{exc.filename or ''}: {exc.strerror or exc}")
     try:
-        args.out.mkdir(parents=True, exist_ok=True)
+        make_output_dir(args.out)
         _clear_old(args.out)
     except OSError as exc:
         return fail(f"{args.out}: cannot write violations there: {exc.strerror or exc}")
