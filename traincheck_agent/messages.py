@@ -1,7 +1,8 @@
 """The agent's own one-line messages to the user, on stderr.
 
 Every line starts with ``[traincheck]`` so that it can be told apart from the training script's
-output. ``warn_once`` keeps a repeated problem to a single line per process.
+output, and shows control characters escaped (``terminal_text``): a name with a newline cannot
+forge a line of ours. ``warn_once`` keeps a repeated problem to a single line per process.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 import sys
 
 from traincheck_agent.fork_safety import ForkSafeLock
+from traincheck_agent.terminal_text import visible
 
 PREFIX = "[traincheck]"
 
@@ -20,7 +22,7 @@ _seen_lock = ForkSafeLock()
 def say(text: str) -> None:
     """Print one line to stderr; never raises."""
     try:
-        sys.stderr.write(f"{PREFIX} {text}\n")
+        sys.stderr.write(f"{PREFIX} {visible(text)}\n")
         sys.stderr.flush()
     except Exception:  # stderr closed or broken: the agent stays silent rather than fail
         pass
