@@ -429,7 +429,8 @@ def _env_names_read_by_the_package() -> set[str]:
         text = path.read_text(encoding="utf-8")
         names |= set(re.findall(r"""(?:environ|env)(?:\.get\(|\[)\s*["']([A-Z_][A-Z0-9_]*)["']""", text))
         names |= set(re.findall(r"""getenv\(\s*["']([A-Z_][A-Z0-9_]*)["']""", text))
-        names |= set(re.findall(r"""_(?:float|flag|choice|int)\(env, ["']([A-Z_][A-Z0-9_]*)["']""", text))
+        names |= set(re.findall(r"""_(?:float|flag|choice|int)\((?:os\.environ|env), ["']([A-Z_][A-Z0-9_]*)["']""",
+                                text))
     return names
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
+from traincheck_agent.env_flags import env_flag
 from traincheck_agent.fork_safety import ForkSafeLock
 from traincheck_agent.terminal_text import visible
 
@@ -42,5 +43,5 @@ def warn_once(key: str, text: str) -> None:
 
 
 def debug(text: str) -> None:
-    if os.environ.get("TRAINCHECK_DEBUG", "") not in ("", "0"):
+    if env_flag(os.environ, "TRAINCHECK_DEBUG"):
         say(f"debug: {text}")
