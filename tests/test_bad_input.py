@@ -130,6 +130,7 @@ _BAD_RULE = ("apis:\n  - module: torch.nn.functional\n    include: [no_such_func
 
 SKIPPED = "warning naming the file and the problem; that file is skipped, the other files are checked"
 POLICY_SKIPPED = "warning naming the file and the problem; that file is skipped, other files apply"
+_NOT_YES_OR_NO = "is not one of 1, true, yes, on, 0, false, no, off; using 0"
 ENTRY_SKIPPED = "warning naming the file, the key and the problem; only that entry is skipped"
 CLI_2 = "exit 2, `traincheck: error:` naming the file and the problem"
 TRACE_2 = "exit 2 (infer, check, trace summary) naming the file, line and problem"
@@ -295,8 +296,12 @@ CASES: list[Case] = [
          env="TRAINCHECK_ACTION"),
     Case("env-checker", "env", "`TRAINCHECK_CHECKER=x`", _value("x"), "is not one of auto, process, thread",
          "", "warning; auto is used", env="TRAINCHECK_CHECKER"),
-    Case("env-check-trace", "env", "`TRAINCHECK_CHECK_TRACE=maybe`", _value("maybe"), "is not 0 or 1; using 0",
+    Case("env-check-trace", "env", "`TRAINCHECK_CHECK_TRACE=maybe`", _value("maybe"), _NOT_YES_OR_NO,
          "", "warning; no trace is written", env="TRAINCHECK_CHECK_TRACE"),
+    Case("env-no-default-policies", "env", "`TRAINCHECK_NO_DEFAULT_POLICIES=sometimes`", _value("sometimes"),
+         _NOT_YES_OR_NO, "", "warning; the default policies are loaded", env="TRAINCHECK_NO_DEFAULT_POLICIES"),
+    Case("env-debug", "env", "`TRAINCHECK_DEBUG=maybe`", _value("maybe"), _NOT_YES_OR_NO, "",
+         "warning; no debug lines", env="TRAINCHECK_DEBUG"),
 ]
 # Numbers that parse but are not finite: a warning and the default, like any other bad number.
 # Run by test_non_finite_env_values_fall_back_to_the_default.
@@ -427,6 +432,7 @@ def test_check_run_skips_only_the_bad_invariants_files_and_values(ref, made, age
     good_ids = {inv["id"] for inv in json.loads(ref["inv"].read_text())["invariants"]}
     assert violations and {v["invariant"] for v in violations} <= good_ids  # the good file is still checked
     assert "Traceback" not in proc.stderr
+    assert "[traincheck] debug:" not in proc.stderr  # TRAINCHECK_DEBUG=maybe is no
 
 
 @pytest.mark.parametrize("case", BY_KIND["invariants"], ids=lambda c: c.id)

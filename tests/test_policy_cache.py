@@ -70,6 +70,23 @@ def test_entries_are_private_whatever_the_umask(tmp_path):
     assert [p.name for p in (cache / "policies").iterdir()] == [entry.name]  # no partial file left
 
 
+def test_missing_parents_are_not_world_writable_under_umask_000(tmp_path):
+    """A cache under a home without ~/.cache, or under the output directory, creates the
+    directories on the way like the output directory: never writable by others."""
+    home, out = tmp_path / "home", tmp_path / "out"
+    home.mkdir()
+    probe = ("import os\nos.umask(0)\nfrom pathlib import Path\n"
+             "from traincheck_agent.policy.parse_cache import default_cache_dir, parse_cached\n"
+             f"parse_cached(b'x', lambda data: {{'a': 1}}, default_cache_dir({{'HOME': {str(home)!r}}}))\n"
+             f"parse_cached(b'x', lambda data: {{'a': 1}}, Path({str(out / 'cache')!r}))")
+    subprocess.run([sys.executable, "-c", probe], check=True)
+    created = [home / ".cache", home / ".cache" / "traincheck-agent", out, out / "cache"]
+    assert {str(d): oct(stat.S_IMODE(d.stat().st_mode)) for d in created} == {str(d): "0o775" for d in created}
+    for cache in (home / ".cache" / "traincheck-agent", out / "cache"):
+        assert stat.S_IMODE((cache / "policies").stat().st_mode) == 0o700
+        assert len(_entries(cache)) == 1
+
+
 def test_an_entry_others_can_write_is_not_trusted(tmp_path):
     parse, calls = _counting_parse({"version": 1})
     parse_cached(b"policy", parse, tmp_path)

@@ -354,10 +354,9 @@ def _run_with_umask(umask: int, args: list[str], env: dict[str, str]) -> subproc
 
 
 @pytest.fixture(scope="module")
-def umask_runs(tmp_path_factory) -> dict[int, Path]:
-    """Collect and check runs under each umask; the output directory is two levels below an
-    existing one, so the agent creates both."""
-    root = tmp_path_factory.mktemp("umask")
+def reference(tmp_path_factory) -> Path:
+    """A collected clean MLP run (``ref/``) and the invariants learned from it (``inv.json``)."""
+    root = tmp_path_factory.mktemp("reference")
     ref = root / "ref"
     proc = subprocess.run([sys.executable, MLP, "--steps", "3"], env=agent_env("collect", ref),
                           capture_output=True, text=True, timeout=120)
@@ -366,6 +365,15 @@ def umask_runs(tmp_path_factory) -> dict[int, Path]:
     infer = subprocess.run([sys.executable, "-m", "traincheck_agent", "infer", str(ref), "-o", str(inv)],
                            capture_output=True, text=True, timeout=120)
     assert infer.returncode == 0, infer.stderr
+    return root
+
+
+@pytest.fixture(scope="module")
+def umask_runs(reference, tmp_path_factory) -> dict[int, Path]:
+    """Collect and check runs under each umask; the output directory is two levels below an
+    existing one, so the agent creates both."""
+    root = tmp_path_factory.mktemp("umask")
+    inv = reference / "inv.json"
     jobs = {}
     for umask in (0o022, 0o077, 0o000):
         base = root / f"u{umask:03o}"
@@ -410,6 +418,51 @@ def test_no_world_writable_output_even_with_umask_000(umask_runs):
     assert writable == [], "world-writable output under umask 000"
 
 
+def test_cli_check_output_directories_follow_the_documented_mode(reference, tmp_path):
+    out = tmp_path / "cli" / "deep"
+    proc = _run_with_umask(0o000, ["-m", "traincheck_agent", "check", str(reference / "ref"), "-i",
+                                   str(reference / "inv.json"), "--out", str(out)], dict(os.environ))
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode in (0, 1), err
+    assert [oct(stat.S_IMODE(d.stat().st_mode)) for d in (out.parent, out)] == ["0o775", "0o775"]
+
+
+# --- files planted in a shared output directory -------------------------------------------------
+
+
+def test_check_mode_does_not_write_through_a_planted_link(reference, tmp_path):
+    """Someone who can write to the output directory links violations-0.jsonl to a file of the
+    user's: the file stays as it was, the violations still reach stderr, training finishes."""
+    out = tmp_path / "shared"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (out / "violations-0.jsonl").symlink_to(victim)
+    proc = subprocess.run([sys.executable, MLP, "--steps", "3", "--bug", "no-zero-grad"],
+                          env=agent_env("check", out, TRAINCHECK_INV=str(reference / "inv.json")),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert victim.read_text() == "precious\n"
+    assert (out / "violations-0.jsonl").is_symlink()
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("[traincheck] warning:")]
+    assert warnings == [f"[traincheck] warning: cannot write violations to {out / 'violations-0.jsonl'} (a symbolic "
+                        "link is in its place; only a regular file is written to); they are shown on stderr only"]
+    assert "[traincheck] violation at rank 0 step 1:" in proc.stderr
+
+
+@pytest.mark.parametrize("planted", ["symlink", "fifo", "directory"])
+def test_output_files_are_opened_only_when_regular(planted, tmp_path):
+    from traincheck_agent.output_files import NotARegularFile, open_append
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    path = tmp_path / "violations-0.jsonl"
+    {"symlink": lambda: path.symlink_to(victim), "fifo": lambda: os.mkfifo(path), "directory": path.mkdir}[planted]()
+    with pytest.raises(NotARegularFile, match="is in its place"):  # a FIFO without a reader: not waited on
+        open_append(path)
+    assert victim.read_text() == "precious\n"
+
+
 # --- documentation -----------------------------------------------------------------------------
 
 
@@ -419,7 +472,8 @@ def _env_names_read_by_the_package() -> set[str]:
         text = path.read_text(encoding="utf-8")
         names |= set(re.findall(r"""(?:environ|env)(?:\.get\(|\[)\s*["']([A-Z_][A-Z0-9_]*)["']""", text))
         names |= set(re.findall(r"""getenv\(\s*["']([A-Z_][A-Z0-9_]*)["']""", text))
-        names |= set(re.findall(r"""_(?:float|flag|choice|int)\(env, ["']([A-Z_][A-Z0-9_]*)["']""", text))
+        names |= set(re.findall(r"""_(?:float|flag|choice|int)\((?:os\.environ|env), ["']([A-Z_][A-Z0-9_]*)["']""",
+                                text))
     return names
 
 

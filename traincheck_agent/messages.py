@@ -1,7 +1,8 @@
 """The agent's own one-line messages to the user, on stderr.
 
 Every line starts with ``[traincheck]`` so that it can be told apart from the training script's
-output. ``warn_once`` keeps a repeated problem to a single line per process.
+output, and shows control characters escaped (``terminal_text``): a name with a newline cannot
+forge a line of ours. ``warn_once`` keeps a repeated problem to a single line per process.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 import os
 import sys
 
+from traincheck_agent.env_flags import env_flag
 from traincheck_agent.fork_safety import ForkSafeLock
+from traincheck_agent.terminal_text import visible
 
 PREFIX = "[traincheck]"
 
@@ -20,7 +23,7 @@ _seen_lock = ForkSafeLock()
 def say(text: str) -> None:
     """Print one line to stderr; never raises."""
     try:
-        sys.stderr.write(f"{PREFIX} {text}\n")
+        sys.stderr.write(f"{PREFIX} {visible(text)}\n")
         sys.stderr.flush()
     except Exception:  # stderr closed or broken: the agent stays silent rather than fail
         pass
@@ -40,5 +43,5 @@ def warn_once(key: str, text: str) -> None:
 
 
 def debug(text: str) -> None:
-    if os.environ.get("TRAINCHECK_DEBUG", "") not in ("", "0"):
+    if env_flag(os.environ, "TRAINCHECK_DEBUG"):
         say(f"debug: {text}")

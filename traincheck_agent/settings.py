@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
+from traincheck_agent.env_flags import env_flag
 from traincheck_agent.messages import warn
 from traincheck_agent.policy.parse_cache import default_cache_dir
 
@@ -33,9 +34,9 @@ ENV_VARS: dict[str, str] = {
     "TRAINCHECK_CHECKER": "check mode: auto (default) | process | thread, where the online checker runs; "
                           "auto = a child process when a CPU core is left over by torch's threads "
                           "(raise and abort always check in the training process).",
-    "TRAINCHECK_CHECK_TRACE": "check mode: 1 = also write the trace of what was checked (default 0).",
+    "TRAINCHECK_CHECK_TRACE": "check mode: 1 = also write the trace of what was checked (yes/no, default 0).",
     "TRAINCHECK_POLICY": "Extra policy files, ':'-separated; later files add to or override earlier ones.",
-    "TRAINCHECK_NO_DEFAULT_POLICIES": "1 = load only the files in TRAINCHECK_POLICY.",
+    "TRAINCHECK_NO_DEFAULT_POLICIES": "1 = load only the files in TRAINCHECK_POLICY (yes/no, default 0).",
     "TRAINCHECK_RUN_ID": "Run id shared by all ranks. If unset, each node's launcher makes one for its ranks; "
                          "ranks of a multi-node torchrun rendezvous use the rendezvous id instead "
                          "(TORCHELASTIC_RUN_ID, the same on every node).",
@@ -48,7 +49,7 @@ ENV_VARS: dict[str, str] = {
     "TRAINCHECK_CACHE_DIR": "Where parsed policy files are kept between runs, by content hash (default "
                             "$XDG_CACHE_HOME/traincheck-agent or ~/.cache/traincheck-agent; off = parse every time).",
     "TRAINCHECK_SKIP_PROGRAMS": "Extra ':'-separated program or module names the agent never activates in.",
-    "TRAINCHECK_DEBUG": "1 = print the agent's debug lines.",
+    "TRAINCHECK_DEBUG": "1 = print the agent's debug lines (yes/no, default 0).",
     "TRAINCHECK_INJECT_FAULT": "Testing the agent only: stages whose work fails on purpose, ','-separated, "
                                "each optionally ':N' for its first N entries (wrap, record, describe, "
                                "fingerprint, snapshot, writer, checker, violation-log, exchange).",
@@ -77,16 +78,6 @@ def _split_paths(raw: str | None) -> tuple[Path, ...]:
     if not raw:
         return ()
     return tuple(Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip())
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    raw = env.get(name, "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    warn(f"{name}={raw!r} is not 0 or 1; using 0")
-    return False
 
 
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
@@ -171,7 +162,7 @@ class Settings(NamedTuple):
             mode=resolved_mode,
             out_dir=Path(env.get("TRAINCHECK_OUT") or "traincheck_out").expanduser(),
             policy_files=_split_paths(env.get("TRAINCHECK_POLICY")),
-            use_default_policies=env.get("TRAINCHECK_NO_DEFAULT_POLICIES", "") in ("", "0"),
+            use_default_policies=not env_flag(env, "TRAINCHECK_NO_DEFAULT_POLICIES"),
             run_id=run_id_from(env),
             host=socket.gethostname(),
             flush_interval_s=_float(env, "TRAINCHECK_FLUSH_INTERVAL", 0.5, 0.01),
@@ -181,6 +172,6 @@ class Settings(NamedTuple):
             invariant_files=_split_paths(env.get("TRAINCHECK_INV")),
             action=_choice(env, "TRAINCHECK_ACTION", ACTIONS) if resolved_mode == "check" else "log",
             checker=_choice(env, "TRAINCHECK_CHECKER", CHECKERS) if resolved_mode == "check" else "thread",
-            check_trace=_flag(env, "TRAINCHECK_CHECK_TRACE") if resolved_mode == "check" else False,
+            check_trace=env_flag(env, "TRAINCHECK_CHECK_TRACE") if resolved_mode == "check" else False,
             cache_dir=default_cache_dir(env),
         )

@@ -41,6 +41,7 @@ from traincheck_agent.check.requirements import (
 )
 from traincheck_agent.inference.invariant import Invariant, InvariantFileError, read_invariants
 from traincheck_agent.messages import debug, say, warn
+from traincheck_agent.terminal_text import visible
 
 if TYPE_CHECKING:
     from traincheck_agent.agent.trace_writer import TraceWriter
@@ -72,12 +73,13 @@ class TrainCheckViolation(RuntimeError):
 
 
 def describe_violation(violation: dict[str, Any]) -> str:
-    """``invariant <id> (<relation>) violated at step <n>: <what happened> [api ..., variable ...]``."""
-    text = " ".join(str(violation.get("message", "")).split())
+    """``invariant <id> (<relation>) violated at step <n>: <what happened> [api ..., variable ...]``,
+    one line with control characters shown escaped (it ends up on a terminal, in a traceback)."""
+    text = str(violation.get("message", ""))
     where = [f"{k} {violation[k]}" for k in ("api", "variable") if violation.get(k) and str(violation[k]) not in text]
     suffix = f" [{', '.join(where)}]" if where else ""
-    return (f"invariant {violation.get('invariant', '?')} ({violation.get('relation', '?')}) violated at step "
-            f"{violation.get('step')}: {text}{suffix}")
+    return visible(f"invariant {violation.get('invariant', '?')} ({violation.get('relation', '?')}) violated at "
+                   f"step {violation.get('step')}: {text}{suffix}")
 
 
 # -------------------------------------------------------------------- start-up

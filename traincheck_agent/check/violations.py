@@ -26,6 +26,7 @@ import orjson
 
 from traincheck_agent.messages import PREFIX, warn
 from traincheck_agent.output_files import make_output_dir, open_append
+from traincheck_agent.terminal_text import visible, write_line
 
 if TYPE_CHECKING:
     from traincheck_agent.inference.invariant import Invariant
@@ -142,10 +143,6 @@ def _host_name() -> str:
         return ""
 
 
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
 def what_happened(record: dict[str, Any]) -> str:
     """The message without the invariant's description that the relations put in front."""
     message = str(record.get("message", ""))
@@ -169,24 +166,25 @@ def expected_of(record: dict[str, Any]) -> str:
 
 def format_line(record: dict[str, Any]) -> str:
     """One line for a person: where (rank, step), what was expected, what happened, on which
-    API / parameter, and the invariant id to look up."""
+    API / parameter, and the invariant id to look up. Control characters in any of them are
+    shown escaped."""
     where = f"rank {record.get('rank')} step {record.get('step')}"
     parts = [f"{PREFIX} violation at {where}:"]
     expected = expected_of(record)
     if expected:
-        parts.append(f"expected {_one_line(expected)};")
-    parts.append(f"got {_one_line(what_happened(record))};")
+        parts.append(f"expected {expected};")
+    parts.append(f"got {what_happened(record)};")
     subject = []
     if record.get("api"):
-        subject.append(f"api {_one_line(record['api'])}")
+        subject.append(f"api {record['api']}")
     if record.get("variable"):
-        subject.append(f"variable {_one_line(record['variable'])}")
+        subject.append(f"variable {record['variable']}")
     if record.get("ranks"):
         subject.append(f"ranks {record['ranks']}")
     if subject:
         parts.append(", ".join(subject) + ";")
     parts.append(f"invariant {record.get('invariant')} ({record.get('relation')})")
-    return " ".join(parts)
+    return visible(" ".join(parts))
 
 
 COVERAGE_EVENT = "coverage"  # the ``event`` of the stats record that closes a check's log
@@ -293,7 +291,7 @@ class ViolationLog:
     def _say(self, line: str) -> None:
         stream = self.stream if self.stream is not None else sys.stderr
         try:
-            stream.write(line + "\n")
+            write_line(stream, line)
             stream.flush()
         except Exception:  # closed or broken stream: stay silent rather than fail the run
             pass

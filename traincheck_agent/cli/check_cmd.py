@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from traincheck_agent.cli.errors import fail
+from traincheck_agent.terminal_text import write_line
 
 DEFAULT_OUT = Path("traincheck_check")
 EXIT_VIOLATIONS = 1
@@ -99,6 +100,7 @@ def run_check(args: argparse.Namespace) -> int:
     from traincheck_agent.inference.coverage import Coverage
     from traincheck_agent.inference.engine import check_offline
     from traincheck_agent.inference.invariant import InvariantFileError
+    from traincheck_agent.output_files import make_output_dir
     from traincheck_agent.trace.reader import TraceFormatError, find_trace_files
 
     try:
@@ -118,7 +120,7 @@ def run_check(args: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(f"{exc.filename or ''}: {exc.strerror or exc}")
     try:
-        args.out.mkdir(parents=True, exist_ok=True)
+        make_output_dir(args.out)
         _clear_old(args.out)
     except OSError as exc:
         return fail(f"{args.out}: cannot write violations there: {exc.strerror or exc}")
@@ -161,17 +163,16 @@ def run_check(args: argparse.Namespace) -> int:
     took = time.perf_counter() - started
 
     out = sys.stdout
-    out.write(f"checked {len(files)} trace file(s) against {len(invariants)} invariants "
-              f"in {took:.2f} s\n")
+    write_line(out, f"checked {len(files)} trace file(s) against {len(invariants)} invariants in {took:.2f} s")
     if covered:
-        out.write(f"{covered}\n")
+        write_line(out, covered)
     if not records:
-        out.write("no violations\n")
+        write_line(out, "no violations")
         return 0
     groups = triage(records, invariants)
     files_written = ", ".join(str(log.path) for _, log in sorted(logs.items()))
-    out.write(f"{len(records)} violations of {len({r['invariant'] for r in records})} invariants "
-              f"in {len(groups)} groups -> {files_written}\n")
+    write_line(out, f"{len(records)} violations of {len({r['invariant'] for r in records})} invariants "
+               f"in {len(groups)} groups -> {files_written}")
     print_groups(groups, out)
     return EXIT_VIOLATIONS
 
@@ -180,20 +181,18 @@ def print_groups(groups: list[Any], out: TextIO, limit: int = GROUPS_SHOWN) -> N
     """The ranked groups, likely root cause first, a few lines each."""
     from traincheck_agent.check.violations import what_happened
 
-    out.write("groups, likely root cause first:\n")
+    write_line(out, "groups, likely root cause first:")
     for number, group in enumerate(groups[:limit], start=1):
         steps = (f"step {group.first_step}" if group.first_step == group.last_step
                  else f"steps {group.first_step}-{group.last_step}")
         ranks = ",".join(map(str, group.ranks)) or "-"
         where = group.pattern or ", ".join(a for a in group.apis if a != group.subject)
         title = f"{group.relation} {group.subject}" + (f": {where}" if where else "")
-        out.write(f"{number:3d}. {title}  {steps}, "
-                  f"{group.count} violations, ranks {ranks}\n")
+        write_line(out, f"{number:3d}. {title}  {steps}, {group.count} violations, ranks {ranks}")
         if group.expected:
-            out.write(f"     expected: {group.expected}\n")
+            write_line(out, f"     expected: {group.expected}")
         example = group.example
-        out.write(f"     e.g. rank {example.get('rank')} step {example.get('step')}: "
-                  f"{what_happened(example)}\n")
-        out.write(f"     invariant {', '.join(group.invariants)}; {group.rank_reason}\n")
+        write_line(out, f"     e.g. rank {example.get('rank')} step {example.get('step')}: {what_happened(example)}")
+        write_line(out, f"     invariant {', '.join(group.invariants)}; {group.rank_reason}")
     if len(groups) > limit:
-        out.write(f"... {len(groups) - limit} more groups (traincheck report <out dir> shows all)\n")
+        write_line(out, f"... {len(groups) - limit} more groups (traincheck report <out dir> shows all)")

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from traincheck_agent.examples import cnn_train
+from traincheck_agent.terminal_text import write_line
 from traincheck_agent.trace.summary import format_summary, summarize
 
 BUGGY_STEPS = 5
@@ -51,7 +52,7 @@ def run_demo(out_dir: Path, steps: int) -> int:
     print(f"{len(invariants)} invariants learned, for example:")
     # State invariants first: they say what training does; output dtypes are the long tail.
     for inv in sorted(invariants, key=lambda i: (i.relation != "StateTransition", "finite" in i.description, i.id))[:6]:
-        print(f"  {inv.id}  {inv.description}")
+        write_line(sys.stdout, f"  {inv.id}  {inv.description}")
 
     print("\nNow the same script with a silent bug: optimizer.zero_grad() is never called.")
     checked = out_dir / "check"

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from traincheck_agent.cli.errors import fail
+from traincheck_agent.terminal_text import write_line
 from traincheck_agent.trace.reader import TraceFormatError
 
 
@@ -106,8 +107,8 @@ def run_infer(args: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(f"{args.output}: cannot write the invariants file: {exc.strerror or exc}")
     took = time.perf_counter() - started
-    print(f"{len(invariants)} invariants from {len(files)} trace file(s) "
-          f"in {took:.2f} s -> {args.output}")
+    write_line(sys.stdout, f"{len(invariants)} invariants from {len(files)} trace file(s) "
+               f"in {took:.2f} s -> {args.output}")
     return 0
 
 
@@ -125,7 +126,7 @@ def run_show(args: argparse.Namespace) -> int:
         if args.api and args.api not in str(inv.subject.get("event", inv.subject.get("api", ""))):
             continue
         support = inv.support.get("passing", 0)
-        sys.stdout.write(f"{inv.id}  {inv.relation:16s}  {inv.description}  [{support} examples]\n")
+        write_line(sys.stdout, f"{inv.id}  {inv.relation:16s}  {inv.description}  [{support} examples]")
         shown += 1
-    sys.stdout.write(f"{shown} of {len(invariants)} invariants\n")
+    write_line(sys.stdout, f"{shown} of {len(invariants)} invariants")
     return 0

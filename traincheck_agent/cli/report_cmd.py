@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from traincheck_agent.cli.errors import fail
+from traincheck_agent.terminal_text import write_line
 
 DEFAULT_NAME = "report.html"
 
@@ -40,8 +42,8 @@ def run_report(args: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(f"{exc.filename or output}: cannot write the report: {exc.strerror or exc}")
     if not files:
-        print(f"no violations files under {args.dir}: the report says so -> {output}")
+        write_line(sys.stdout, f"no violations files under {args.dir}: the report says so -> {output}")
     else:
         repeated = f" ({records} records)" if records != distinct else ""
-        print(f"{distinct} violations{repeated} in {groups} groups from {files} file(s) -> {output}")
+        write_line(sys.stdout, f"{distinct} violations{repeated} in {groups} groups from {files} file(s) -> {output}")
     return 0

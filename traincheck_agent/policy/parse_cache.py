@@ -9,7 +9,8 @@ a set or a NaN would come back as something else), and a file that does not pars
 stored, so every problem is reported as on a first run.
 
 The cache lives in ``$TRAINCHECK_CACHE_DIR`` (``off`` turns it off), else
-``$XDG_CACHE_HOME/traincheck-agent``, else ``~/.cache/traincheck-agent``. Its ``policies``
+``$XDG_CACHE_HOME/traincheck-agent``, else ``~/.cache/traincheck-agent``; missing directories
+on the way are created like the output directory (``output_files``). Its ``policies``
 directory is made private (``0o700``) and each entry is created ``0o600`` in a new file, then
 renamed into place, so processes starting together never read half of one. An entry is used only
 when it belongs to this user and nobody else can write to it or its directory: a policy decides
@@ -19,6 +20,7 @@ never an error.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Mapping
@@ -26,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from traincheck_agent.output_files import make_output_dir
 
 OFF = "off"
 MAX_ENTRY_BYTES = 1 << 22
@@ -78,7 +82,9 @@ def _write(entry: Path, doc: Any) -> None:
         raw = orjson.dumps(doc)
         if orjson.loads(raw) != doc:  # JSON would not give this document back
             return
-        entry.parent.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        make_output_dir(entry.parent.parent)  # the cache directory and its parents, as for the output
+        with contextlib.suppress(FileExistsError):
+            entry.parent.mkdir(mode=PRIVATE_DIR_MODE)
         if not _private(os.stat(entry.parent)):
             return
         partial = entry.with_name(f".{entry.name}.{os.getpid()}.partial")

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from traincheck_agent.messages import warn
+from traincheck_agent.terminal_text import visible
 from traincheck_agent.trace.reader import EmptyTraceError, TraceFile, find_trace_files
 from traincheck_agent.trace.schema import KIND_CALL, KIND_HEADER, KIND_PROCESS, KIND_STATE
 
@@ -147,6 +148,7 @@ def _counts_text(counts: dict[str, int]) -> str:
 
 
 def _table(rows: list[list[str]]) -> list[str]:
+    rows = [[visible(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
@@ -167,7 +169,8 @@ def _detail(title: str, counts: dict[str, int]) -> list[str]:
 
 
 def format_summary(summary: dict[str, Any]) -> str:
-    """A text table of ``summarize``'s result, then the busiest APIs and variables per rank."""
+    """A text table of ``summarize``'s result, then the busiest APIs and variables per rank;
+    control characters in names and run ids are shown escaped, one line per line."""
     header = ["run", "rank", "files", "records", "calls", "states", "steps (distinct)", "phases"]
     rows = [header]
     details: list[str] = []
@@ -198,7 +201,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines += [""] + _table(rows)
     if details:
         lines += [""] + details
-    return "\n".join(lines) + "\n"
+    return "".join(visible(line) + "\n" for line in lines)
 
 
 __all__ = ["UNKNOWN_RANK", "format_summary", "summarize"]
