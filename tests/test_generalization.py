@@ -458,3 +458,67 @@ def test_the_invariants_file_keeps_domains_and_rejects_bad_ones(tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_an_exact_zero_grad_after_rounding_level_ones_is_undecided():
+    """A bias feeding BatchNorm or a softmax has a grad that is zero up to rounding: ~1e-9 at one
+    step, exactly 0.0 at the next. Backward did its job; the zero says nothing."""
+    from traincheck_agent.inference.examples import TransitionCollector
+    from traincheck_agent.inference.relations import state_transition
+    from traincheck_agent.inference.stream import TraceSource
+
+    collector = TransitionCollector(TraceSource("t", "run", 0))
+
+    def snapshot(call, step, where, grad, data=None):
+        attrs = {"dtype": "float32", "requires_grad": True, "grad": grad}
+        if data is not None:
+            attrs["data"] = data
+        return {"kind": "state", "call": call, "step": step, "where": where, "phase": "train", "var": "b",
+                "vtype": "Parameter", "attrs": attrs}
+
+    tiny = {"h": "t", "zero": False, "nonfinite": False, "amax": 3e-9}
+    zero = {"h": "z", "zero": True, "nonfinite": False, "amax": 0.0}
+    data = {"h": "d", "zero": False, "nonfinite": False, "amax": 0.03}
+    examples = []
+    for call, step, where, grad, d in ((1, 0, "before:backward", None, None), (1, 0, "after:backward", tiny, None),
+                                       (2, 0, "before:optimizer.step", tiny, data),
+                                       (3, 1, "before:backward", None, None), (3, 1, "after:backward", zero, None)):
+        examples += collector.feed(snapshot(call, step, where, grad, d))
+    grads = [e for e in examples if e.event == "backward" and e.attribute == "grad"]
+    assert [(e.step, e.after_class, e.rounding_grad) for e in grads] == [(0, "nonzero", False), (1, "zero", True)]
+    nonzero = next(e for e in state_transition.EFFECTS if e.name == "becomes_nonzero")
+    assert nonzero.undecided(grads[1]) and not nonzero.undecided(grads[0])
+
+
+def test_an_optimizer_that_may_skip_an_update_is_scoped_apart():
+    """Rprop leaves a parameter unchanged when its grad changes sign: pooled with it, the other
+    references keep "every grad is applied", scoped to their optimizers, and a parameter no
+    optimizer holds in an Adam iteration still violates it."""
+    from traincheck_agent.inference.relations import grad_applied
+
+    def example(var, step, trace, applied, steps):
+        features = (("dtype", "float32"), ("phase", "train"), ("steps", steps), ("vtype", "Parameter"))
+        return grad_applied.AppliedExample(var, step, trace, applied, features)
+
+    adam = [example(f"w{i}", s, "a", True, "torch.optim.Adam.step") for i in range(3) for s in range(3)]
+    rprop = [example(f"v{i}", s, "r", i or s % 2, "torch.optim.Rprop.step") for i in range(3) for s in range(3)]
+    invariants = grad_applied.infer({grad_applied.KEY: adam + rprop}, ("a", "r"))
+    assert [[c.text() for c in i.precondition] for i in invariants] == [["steps = torch.optim.Adam.step"]]
+    assert "steps" not in invariants[0].domain
+    assert grad_applied.violates(invariants[0], example("head", 0, "b", False, "torch.optim.Adam.step"))
+
+
+def test_a_wrong_context_ranks_before_what_it_changed():
+    """An escaped block: its layers ran with autocast off (one group, whatever their classes),
+    and the block returned float32 (a consequence at the same step)."""
+    from traincheck_agent.check.triage import triage
+
+    def record(relation, api, variable):
+        return {"invariant": f"{relation}-{api}", "relation": relation, "step": 0, "api": api,
+                "variable": variable, "message": "m"}
+
+    groups = triage([record("ConsistentOutput", "Block.forward", "model.blocks.1"),
+                     record("AutocastRegion", "torch.nn.Linear.forward", "model.blocks.1.fc"),
+                     record("AutocastRegion", "torch.nn.LayerNorm.forward", "model.blocks.1.norm")])
+    assert [g.relation for g in groups] == ["AutocastRegion", "ConsistentOutput"]
+    assert groups[0].variables == ["model.blocks.1.fc", "model.blocks.1.norm"] and groups[0].kind == "context"

@@ -28,7 +28,7 @@ MAX_LANES = 40
 MAX_VARIABLES_SHOWN = 40
 RANK_COLOURS = ("#3b6fb6", "#d9822b", "#2e9e6a", "#c0392b", "#8e5cc4", "#8c6d31", "#d35fa0",
                 "#5f7f8c")
-KIND_COLOURS = {"state": "#c0392b", "ordering": "#3b6fb6", "other": "#7f8c8d"}
+KIND_COLOURS = {"context": "#8e44ad", "state": "#c0392b", "ordering": "#3b6fb6", "other": "#7f8c8d"}
 
 
 class ViolationFileError(ValueError):

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from traincheck_agent.inference.invariant import Invariant
+from traincheck_agent.inference.preconditions import ANY
 from traincheck_agent.policy.model import (
     DESCRIBE_FINGERPRINT,
     DESCRIBE_LEVELS,
@@ -150,6 +151,20 @@ def _grad_applied(req: Requirements, inv: Invariant, policy: Policy) -> None:
         req.need_state(point, _items_for(policy, point, "data"))
     req.need_state("before:optimizer.step", _items_for(policy, "before:optimizer.step", "grad"))
     req.need_state("after:optimizer.step", ["optimizer.hyperparams"])  # the learning rate a step used
+    for api in _step_apis(inv.precondition):  # a precondition on the iteration's optimizer steps
+        req.need_call(api, NONE, NONE)
+
+
+def _step_apis(clauses: Iterable[Any]) -> set[str]:
+    """The optimizer step APIs that GradApplied's clauses on ``steps`` name."""
+    out: set[str] = set()
+    for clause in clauses:
+        if clause.kind == ANY:
+            out |= _step_apis(clause.value)
+        elif clause.field == "steps":
+            values = clause.value if isinstance(clause.value, (tuple, list)) else (clause.value,)
+            out |= {api for value in values if isinstance(value, str) for api in value.split("+") if api}
+    return out
 
 
 def _periodic(req: Requirements, inv: Invariant, policy: Policy) -> None:

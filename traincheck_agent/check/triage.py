@@ -30,8 +30,11 @@ if TYPE_CHECKING:
 
 STEP_WINDOW = 50
 STATE_RELATIONS = frozenset({"StateTransition", "GradApplied", "CrossRankConsistent", "CrossRankValue",
-                             "VarPeriodicChange", "ConsistentInputOutput", "ConsistentOutput",
-                             "AutocastRegion", "UpdateMode"})
+                             "VarPeriodicChange", "ConsistentInputOutput", "ConsistentOutput"})
+# Invariants about the context a computation ran in (a module outside its autocast region, a
+# step taken with the model in eval mode): at one step they come before the state and outputs
+# that context changed.
+CONTEXT_RELATIONS = frozenset({"AutocastRegion", "UpdateMode"})
 ORDERING_RELATIONS = frozenset({"APISequence", "EventContain", "ContextArgument",
                                 "DistinctArgument", "Threshold"})
 _DIGITS = re.compile(r"\d+")
@@ -94,6 +97,8 @@ def describe_patterns(variables: list[str]) -> str:
 
 
 def relation_kind(relation: str) -> str:
+    if relation in CONTEXT_RELATIONS:
+        return "context"
     if relation in STATE_RELATIONS:
         return "state"
     if relation in ORDERING_RELATIONS:
@@ -101,7 +106,7 @@ def relation_kind(relation: str) -> str:
     return "other"
 
 
-_KIND_ORDER = {"state": 0, "ordering": 1, "other": 2}
+_KIND_ORDER = {"context": 0, "state": 1, "ordering": 2, "other": 3}
 
 
 def _about(record: dict[str, Any], invariant: Invariant | None, field: str) -> Any:
@@ -256,12 +261,13 @@ def _reason(group: Group, position: int, earliest: int | None) -> str:
         when = f"first violated at step {group.first_step}, the earliest step with a violation"
     else:
         when = f"first violated at step {group.first_step}"
-    kind = {"state": "a state invariant (what the step did to the tensors)",
+    kind = {"context": "a context invariant (the mode or precision a computation ran in)",
+            "state": "a state invariant (what the step did to the tensors)",
             "ordering": "an ordering / argument invariant",
             "other": "an invariant of another kind"}[group.kind]
     ranked = "ranked first: " if position == 0 else ""
     return f"{ranked}{when}; {kind}; support {group.support} passing examples in the clean runs"
 
 
-__all__ = ["ORDERING_RELATIONS", "STATE_RELATIONS", "STEP_WINDOW", "Group", "describe_patterns",
+__all__ = ["CONTEXT_RELATIONS", "ORDERING_RELATIONS", "STATE_RELATIONS", "STEP_WINDOW", "Group", "describe_patterns",
            "relation_kind", "triage", "variable_pattern"]

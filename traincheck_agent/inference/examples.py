@@ -56,6 +56,10 @@ class TransitionExample(NamedTuple):
     # The gradient before the call was below the data's float resolution, so an update may
     # legitimately round away (known only where fingerprints carry magnitudes).
     update_negligible: bool = False
+    # The variable's grad after its previous backward in this run was zero or rounding noise next
+    # to its data (a bias feeding BatchNorm or a softmax, whose grad is zero up to rounding): an
+    # exact zero now says nothing about backward.
+    rounding_grad: bool = False
 
     @property
     def changed(self) -> bool:
@@ -139,6 +143,18 @@ class LearningRates:
         return lr if previous is None else min(lr, previous)
 
 
+def grad_at_rounding_level(attrs: dict[str, Any], data_amax: float | None) -> bool:
+    """Whether the grad in ``attrs`` is zero, or below the float resolution of data whose
+    largest magnitude is ``data_amax``."""
+    grad, eps = attrs.get("grad"), _EPSILON.get(attrs.get("dtype", ""))
+    g = grad.get("amax") if isinstance(grad, dict) else None
+    if isinstance(grad, dict) and grad.get("zero"):
+        return True
+    if not isinstance(g, (int, float)) or not isinstance(data_amax, (int, float)) or eps is None:
+        return False
+    return g < NEGLIGIBLE_EPSILONS * eps * data_amax
+
+
 def touched_by_backward(after: dict[str, Any]) -> bool:
     """Whether a backward reached the variable: it requires grad and has one afterwards. A
     frozen parameter, or one whose module took no part in this forward (a block that stochastic
@@ -165,6 +181,8 @@ class TransitionCollector(Collector):
         self.held_call: Any = None
         self.held_lr: float | None = None
         self.rates = LearningRates()
+        self.data_amax: dict[str, float] = {}  # each variable's latest data magnitude
+        self.last_grads: dict[str, dict[str, Any]] = {}  # what each variable's last backward left
 
     def feed(self, record: dict[str, Any]) -> list[TransitionExample]:
         if record.get("kind") != KIND_STATE or record.get("call") is None:
@@ -200,6 +218,9 @@ class TransitionCollector(Collector):
         var = record.get("var")
         key = (record["call"], event, var)
         attrs = record.get("attrs", {})
+        data = attrs.get("data")
+        if isinstance(data, dict) and isinstance(data.get("amax"), (int, float)):
+            self.data_amax[str(var)] = data["amax"]
         if when == "before":
             self.pending[key] = attrs
             return []
@@ -215,6 +236,11 @@ class TransitionCollector(Collector):
             self.step_seen = step
             self.seen_in_step.clear()
         var = str(var)
+        rounding = False
+        if event == "backward":  # judged against the data as known now (a step records it later)
+            last = self.last_grads.get(var)
+            rounding = last is not None and grad_at_rounding_level(last, self.data_amax.get(var))
+            self.last_grads[var] = attrs
         occurrence = (event, var)
         first_in_step = occurrence not in self.seen_in_step
         self.seen_in_step.add(occurrence)
@@ -237,6 +263,7 @@ class TransitionCollector(Collector):
                 step=step,
                 var=var,
                 update_negligible=negligible,
+                rounding_grad=rounding,
             ))
         if event == "optimizer.step" and out:
             self.held_call = record["call"]

@@ -18,6 +18,12 @@ the discriminator's last step). Examples complete when the step moves on, or at 
 trace. An unapplied grad is judged once the parameter's next grad arrives or the iteration after
 ends: a second optimizer that steps after the clock's (the clock counts its step in the next
 iteration) applies it there.
+
+Each example also carries ``steps``, the optimizer step APIs of its iteration (read from the
+step calls' records): an optimizer whose rule may skip an update (Rprop, on a change of the
+grad's sign) is scoped apart by a precondition instead of costing every other optimizer the
+invariant. ``steps`` is not part of the domain: a parameter that no optimizer holds is judged in
+an iteration of any optimizer.
 """
 
 from __future__ import annotations
@@ -42,10 +48,10 @@ from traincheck_agent.inference.preconditions import (
 )
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import TraceSource
-from traincheck_agent.trace.schema import KIND_STATE
+from traincheck_agent.trace.schema import KIND_CALL, KIND_STATE
 
 RELATION = "GradApplied"
-READS = (KIND_STATE,)  # the record kinds its collector reads
+READS = (KIND_STATE, KIND_CALL)  # the record kinds its collector reads
 MIN_PASSING = 5
 MIN_STEPS = 2
 KEY = "params"  # one group: every parameter of every model
@@ -89,9 +95,16 @@ class Collector(StreamCollector):
         # iteration (a second optimizer stepping after the first) may still apply them before
         # the parameter's next grad.
         self.carried: dict[str, AppliedExample] = {}
+        self.step_calls: set[Any] = set()  # the step calls of this iteration
+        self.step_apis: set[str] = set()  # and their APIs, once their records arrive
 
     def feed(self, record: dict[str, Any]) -> list[AppliedExample]:
-        if record.get("kind") != KIND_STATE:
+        kind = record.get("kind")
+        if kind == KIND_CALL:
+            if record.get("id") in self.step_calls:
+                self.step_apis.add(str(record.get("api")))
+            return []
+        if kind != KIND_STATE:
             return []
         out = []
         step = record.get("step")
@@ -110,6 +123,7 @@ class Collector(StreamCollector):
                 self.grads[var] = _features(record)
         elif where == BEFORE_STEP:
             self.pending[(record.get("call"), var)] = attrs
+            self.step_calls.add(record.get("call"))
         elif where == AFTER_STEP:
             lr = self.rates.observe(record)
             if lr is not None:
@@ -144,8 +158,9 @@ class Collector(StreamCollector):
             label = self.source.label
             applied = self.applied | {var for var, (call, before) in self.unchanged.items()
                                       if update_negligible(before, self.call_lr.get(call))}
+            steps = ("steps", "+".join(sorted(self.step_apis)))
             for var, features in self.grads.items():
-                example = AppliedExample(var, self.step, label, var in applied, features)
+                example = AppliedExample(var, self.step, label, var in applied, tuple(sorted((*features, steps))))
                 if example.applied:
                     out.append(example)
                 else:
@@ -154,6 +169,8 @@ class Collector(StreamCollector):
         self.grads, self.applied, self.unchanged, self.stepped, self.stepped_by = {}, set(), {}, False, set()
         self.pending.clear()
         self.call_lr.clear()
+        self.step_calls.clear()
+        self.step_apis.clear()
         return out
 
 

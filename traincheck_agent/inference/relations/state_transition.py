@@ -60,7 +60,7 @@ EFFECTS = (
     Effect("becomes_none_or_zero", lambda e: e.after_class in (NONE, ZERO), "leaves the {attr} None or zero",
            frozenset({NONE, ZERO})),
     Effect("becomes_nonzero", lambda e: e.after_class == NONZERO, "leaves the {attr} non-zero",
-           frozenset({NONZERO})),
+           frozenset({NONZERO}), undecided=lambda e: e.rounding_grad and e.attribute == "grad"),
     Effect("stays_finite", lambda e: e.after_class != NONFINITE, "leaves the {attr} finite (no NaN/Inf)"),
     Effect("finds_none_or_zero", lambda e: e.before_class in (NONE, ZERO),
            "finds the {attr} None or zero when it starts", about_before=True),
