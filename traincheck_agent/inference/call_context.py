@@ -6,6 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+# The calls that set a mode (``Module.train(mode)``, ``requires_grad_``): their flags change the
+# context instead of following it, and scripts legitimately call ``model.train()`` in whatever
+# mode the model already is, so relations over flags leave them alone.
+MODE_SETTERS = frozenset({"torch.nn.Module.train", "torch.nn.Module.requires_grad_", "torch.Tensor.requires_grad_"})
+
 
 def context_features(record: dict[str, Any]) -> dict[str, Any]:
     """``autocast`` (e.g. ``cpu:bfloat16``, or None), ``grad_enabled``, ``phase`` and

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from traincheck_agent.inference.call_context import MODE_SETTERS
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import TraceSource
@@ -112,7 +113,7 @@ class Collector(StreamCollector):
             if name is not None and name not in self.used:
                 self.used.add(name)
                 self.frozen_used = frozenset(self.used)
-        for name, value in args.items():
+        for name, value in args.items() if api not in MODE_SETTERS else ():
             if isinstance(value, bool):
                 key = (api, name, _receiver(args))
                 if (*key, value) not in self.seen:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, NamedTuple
 
-from traincheck_agent.inference.call_context import context_features, module_training
+from traincheck_agent.inference.call_context import MODE_SETTERS, context_features, module_training
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     FeatureExample,
@@ -51,8 +51,6 @@ class FlagExample(NamedTuple):
 
     feature_map = FeatureExample.feature_map
 
-
-MODE_SETTERS = frozenset({"torch.nn.Module.train", "torch.nn.Module.requires_grad_", "torch.Tensor.requires_grad_"})
 
 # Tie-break order of precondition fields: the most meaningful explanation first.
 PRIORITY = ("module_training", "phase", "grad_enabled", "autocast")
