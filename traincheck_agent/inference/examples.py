@@ -28,6 +28,19 @@ _EPSILON = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bflo
 NEGLIGIBLE_EPSILONS = 64
 
 
+NO_FINGERPRINT = "no fingerprint"  # why an example about a tensor the agent could not hash is undecided
+
+
+def unfingerprinted(fingerprint: Any) -> bool:
+    """Whether a recorded fingerprint is the marker of a tensor the agent could not hash
+    (``nostorage:``, ``meta:``, ...: nothing after the colon, both flags False). Markers are
+    equal whatever the contents, so they say neither that a value changed nor what it holds."""
+    if not isinstance(fingerprint, dict):
+        return False
+    h = fingerprint.get("h")
+    return isinstance(h, str) and h.endswith(":")
+
+
 def value_class(fingerprint: dict[str, Any] | None) -> str:
     """The symbolic class of a tensor value: none, zero, nonfinite or nonzero."""
     if fingerprint is None:
@@ -56,6 +69,9 @@ class TransitionExample(NamedTuple):
     # The gradient before the call was below the data's float resolution, so an update may
     # legitimately round away (known only where fingerprints carry magnitudes).
     update_negligible: bool = False
+
+    # Both values were fingerprinted (or absent): the example can tell what the call did.
+    fingerprinted: bool = True
 
     @property
     def changed(self) -> bool:
@@ -237,6 +253,7 @@ class TransitionCollector(Collector):
                 step=step,
                 var=var,
                 update_negligible=negligible,
+                fingerprinted=not (unfingerprinted(b) or unfingerprinted(a)),
             ))
         if event == "optimizer.step" and out:
             self.held_call = record["call"]
