@@ -42,7 +42,7 @@ class Case:
     """One bad input. ``make(tmp, ref)`` writes it and returns the path (or env value) to pass."""
 
     id: str
-    kind: str  # "invariants" | "trace" | "policy" | "env"
+    kind: str  # "invariants" | "trace" | "violations" | "policy" | "env"
     input: str  # what the input is, for the doc
     make: Callable[[Path, dict], str]
     problem: str  # text the message must contain, besides the file's name
@@ -108,6 +108,14 @@ def _header(change: dict) -> Callable[[list[bytes]], bytes]:
     return lambda lines: json.dumps({**json.loads(lines[0]), **change}).encode() + b"\n" + b"".join(lines[1:])
 
 
+def _violations(name: str, bad: str):
+    """A violations file: a good record on line 1, ``bad`` on line 2, a good one on line 3."""
+    good = json.dumps({"rank": 0, "step": 3, "invariant": "inv-1", "relation": "StateTransition",
+                       "message": "the data did not change", "variable": "fc1.weight", "ranks": [0, 1],
+                       "evidence": {"before": "xxh64:1", "after": "xxh64:1"}})
+    return lambda tmp, ref: _write(tmp, f"violations/{name}/violations-0.jsonl", f"{good}\n{bad}\n{good}\n")
+
+
 def _policy(name: str, text: str | bytes):
     return _raw(f"{name}.yaml", text, "policies")
 
@@ -134,6 +142,8 @@ _NOT_YES_OR_NO = "is not one of 1, true, yes, on, 0, false, no, off; using 0"
 ENTRY_SKIPPED = "warning naming the file, the key and the problem; only that entry is skipped"
 CLI_2 = "exit 2, `traincheck: error:` naming the file and the problem"
 TRACE_2 = "exit 2 (infer, check, trace summary) naming the file, line and problem"
+VIOLATIONS_2 = ("`traincheck report`: the report shows the good records; exit 2, one line naming the file, "
+                "the line of the first bad record and its problem, and how many were skipped")
 
 CASES: list[Case] = [
     # ------------------------------------------------------------------ invariants files
@@ -238,6 +248,23 @@ CASES: list[Case] = [
     Case("trace-fifo", "trace", "a FIFO given as a trace file",
          lambda tmp, ref: (os.mkfifo(tmp / "fifo.jsonl"), str(tmp / "fifo.jsonl"))[1],
          "not a regular file or directory", "exit 2 naming the path (not waited on)"),
+    # ------------------------------------------------------------------ violations files (report)
+    Case("violations-ranks-number", "violations", "a record whose `ranks` is a number (`\"ranks\": 5`)",
+         _violations("ranks", '{"invariant": "inv-1", "ranks": 5}'), "2: `ranks` is not a list of integers",
+         VIOLATIONS_2),
+    Case("violations-variable-list", "violations", "a record whose `variable` is a list",
+         _violations("variable", '{"invariant": "inv-1", "variable": ["x"]}'), "2: `variable` is not a string",
+         VIOLATIONS_2),
+    Case("violations-invariant-object", "violations", "a record whose `invariant` is an object",
+         _violations("invariant", '{"invariant": {"id": 1}}'), "2: `invariant` is not a string", VIOLATIONS_2),
+    Case("violations-message-object", "violations", "a record whose `message` is an object",
+         _violations("message", '{"invariant": "inv-1", "message": {"text": "x"}}'), "2: `message` is not a string",
+         VIOLATIONS_2),
+    Case("violations-deep-evidence", "violations", "a record whose `evidence` nests 1000 levels",
+         _violations("deep", '{"invariant": "inv-1", "evidence": ' + '{"a": ' * 1000 + "1" + "}" * 1000 + "}"),
+         "2: nested more than 32 levels", VIOLATIONS_2),
+    Case("violations-not-object", "violations", "a line that is JSON but not an object",
+         _violations("list", "[1, 2]"), "2: not a JSON object", VIOLATIONS_2),
     # ------------------------------------------------------------------ policies (agent only)
     Case("policy-not-yaml", "policy", "not YAML (an unclosed bracket)", _policy("notyaml", "apis: [\n"),
          "not valid YAML", "", POLICY_SKIPPED),
@@ -308,7 +335,8 @@ CASES: list[Case] = [
 NON_FINITE_ENV = [("TRAINCHECK_FLUSH_RECORDS", "1e999"), ("TRAINCHECK_FLUSH_INTERVAL", "inf"),
                   ("TRAINCHECK_FLUSH_INTERVAL", "nan")]
 
-BY_KIND = {kind: [c for c in CASES if c.kind == kind] for kind in ("invariants", "trace", "policy", "env")}
+BY_KIND = {kind: [c for c in CASES if c.kind == kind]
+           for kind in ("invariants", "trace", "violations", "policy", "env")}
 
 
 # ----------------------------------------------------------------------- runs
@@ -407,6 +435,19 @@ def test_cli_refuses_a_bad_trace(case, ref, made):
     assert not (ref["root"] / "never.json").exists()
 
 
+@pytest.mark.parametrize("case", BY_KIND["violations"], ids=lambda c: c.id)
+def test_report_skips_a_bad_violation_record_naming_it(case, tmp_path):
+    """The report is written from the good records; one line names the first bad one, exit 2."""
+    path = case.make(tmp_path, {})
+    report = tmp_path / "report.html"
+    proc, took = _traincheck("report", path, "-o", report)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line == f"traincheck: error: {path}:{case.problem} (1 bad record(s) skipped, the first shown)"
+    assert "1 violations (2 records)" in proc.stdout and report.is_file()
+    assert took < HOSTILE_LIMIT_S
+
+
 def test_an_empty_trace_next_to_good_ones_is_skipped_not_fatal(ref, made):
     out = ref["root"] / "with_empty.json"
     proc, _ = _traincheck("infer", ref["trace"], made["trace-empty"], "-o", out)
@@ -498,7 +539,8 @@ def _cell(text: str) -> str:
 def doc_rows() -> list[str]:
     """The table of docs/bad_input.md, one row per case."""
     rows = ["| case | input | CLI gets | agent gets |", "|---|---|---|---|"]
-    labels = {"invariants": "invariants file", "trace": "trace", "policy": "policy", "env": "environment"}
+    labels = {"invariants": "invariants file", "trace": "trace", "violations": "violations file", "policy": "policy",
+              "env": "environment"}
     for case in CASES:
         rows.append(f"| `{case.id}` | {labels[case.kind]}: {_cell(case.input)} | {_cell(case.cli_gets)} "
                     f"| {_cell(case.agent_gets)} |")

@@ -100,8 +100,13 @@ def tag(exc: BaseException, stage: str) -> BaseException:
 
 
 def stage_of(exc: BaseException, default: str) -> str:
-    """The innermost stage ``exc`` was raised in, else the catching site's ``default``."""
-    return getattr(exc, _STAGE_ATTR, None) or default
+    """The innermost stage ``exc`` was raised in, else the catching site's ``default``. The
+    exception may be the program's, whose attribute lookup is its own code: it is guarded."""
+    try:
+        stage = getattr(exc, _STAGE_ATTR, None)
+    except Exception:
+        return default
+    return stage if type(stage) is str and stage else default
 
 
 def label(stage: str) -> str:

@@ -26,6 +26,7 @@ import wrapt
 import traincheck_agent
 from traincheck_agent.agent import runtime
 from traincheck_agent.agent.process_role import ProcessRole, classify
+from traincheck_agent.exception_text import exception_text
 from traincheck_agent.messages import debug, warn
 from traincheck_agent.policy import load_policies
 from traincheck_agent.policy.loader import default_policy_files
@@ -101,7 +102,7 @@ def _on_torch_imported(_module: Any) -> None:
 
         install_core_probes(rt.policy)
     except Exception as exc:
-        runtime.deactivate(f"cannot instrument torch ({type(exc).__name__}: {exc})")
+        runtime.deactivate(f"cannot instrument torch ({exception_text(exc)})")
 
 
 def _probes_on_import(probes_module: str, installer: str) -> Callable[[Any], None]:
@@ -115,7 +116,7 @@ def _probes_on_import(probes_module: str, installer: str) -> Callable[[Any], Non
             try:
                 getattr(importlib.import_module(probes_module), installer)(module)
             except Exception as exc:
-                warn(f"cannot instrument {module.__name__} ({type(exc).__name__}: {exc})")
+                warn(f"cannot instrument {module.__name__} ({exception_text(exc)})")
 
         when_active(install)
 

@@ -11,12 +11,15 @@ attribute reads and small dicts.
 from __future__ import annotations
 
 import inspect
+import itertools
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import torch
 
+from traincheck_agent.agent.builtin_views import builtin_items, builtin_len, key_text
+from traincheck_agent.exception_text import class_name
 from traincheck_agent.fingerprint import fingerprint_tensor
 from traincheck_agent.policy.model import DESCRIBE_FINGERPRINT, DESCRIBE_NONE
 
@@ -120,38 +123,61 @@ def describe_tensor(t: torch.Tensor, names: dict[int, str], level: str) -> dict[
 def describe(value: Any, level: str, names: dict[int, str], module_names: dict[int, str], depth: int = 0,
              data: bool = False) -> Any:
     """``data``: ``value`` is a batch (what a data-loading API returns), so its Python numbers
-    are content too and only their type is recorded."""
-    if value is None or isinstance(value, bool):
+    are content too and only their type is recorded.
+
+    Only what the types say is read: the class is tested with ``issubclass`` on ``type(value)``
+    (never ``isinstance``, which asks the object for its ``__class__``), and the builtin types'
+    own methods give lengths and items, so a subclass's ``__len__``, ``__iter__``,
+    ``__getitem__``, ``__str__`` or ``__repr__`` never runs here."""
+    if value is None:
         return value
-    if isinstance(value, (int, float)):
-        return {"t": type(value).__name__} if data else value
-    if isinstance(value, str):
-        return value if depth == 0 and not data and len(value) <= MAX_STR else {"t": "str", "len": len(value)}
-    if isinstance(value, torch.Tensor):
+    cls = type(value)
+    if cls is bool:
+        return value
+    if issubclass(cls, (int, float)):
+        if data:
+            return {"t": class_name(cls)}
+        if issubclass(cls, bool):
+            return bool(int.__int__(value))
+        return int.__int__(value) if issubclass(cls, int) else float.__float__(value)
+    if issubclass(cls, str):
+        length = str.__len__(value)
+        return str.__str__(value) if depth == 0 and not data and length <= MAX_STR else {"t": "str", "len": length}
+    if issubclass(cls, torch.Tensor):
         return describe_tensor(value, names, level)
-    if isinstance(value, torch.nn.Module):
-        # getattr: a module under construction (its own __init__ being recorded) has no flag yet
-        out = {"t": type(value).__name__, "training": getattr(value, "training", None)}
+    if issubclass(cls, torch.nn.Module):
+        # a module under construction (its own __init__ being recorded) has no flag yet
+        out = {"t": class_name(cls), "training": _training_flag(value)}
         name = module_names.get(id(value))
         if name is not None:
             out["name"] = name
         return out
-    if isinstance(value, (torch.dtype, torch.device)):
+    if cls is torch.dtype or cls is torch.device:
         return str(value)
-    if isinstance(value, (list, tuple)):
-        out = {"t": type(value).__name__, "len": len(value)}
+    if issubclass(cls, (list, tuple)):
+        items = builtin_items(value)
+        out = {"t": class_name(cls), "len": builtin_len(value)}
         if depth < MAX_DEPTH:
-            out["items"] = [describe(v, level, names, module_names, depth + 1, data) for v in value[:MAX_ITEMS]]
+            out["items"] = [describe(v, level, names, module_names, depth + 1, data) for v in items[:MAX_ITEMS]]
         return out
-    if isinstance(value, dict):
-        out = {"t": "dict", "len": len(value)}
+    if issubclass(cls, dict):
+        out = {"t": "dict", "len": builtin_len(value)}
         if depth < MAX_DEPTH:
             out["items"] = {
-                str(k): describe(v, level, names, module_names, depth + 1, data)
-                for k, v in list(value.items())[:MAX_ITEMS]
+                key_text(k): describe(v, level, names, module_names, depth + 1, data)
+                for k, v in itertools.islice(dict.items(value), MAX_ITEMS)
             }
         return out
-    return {"t": type(value).__name__}
+    return {"t": class_name(cls)}
+
+
+def _training_flag(module: torch.nn.Module) -> bool | None:
+    """``module.training`` as ``Module.__init__`` stored it, without a subclass's ``__getattr__``."""
+    try:
+        flag = object.__getattribute__(module, "__dict__").get("training")
+    except Exception:
+        return None
+    return flag if type(flag) is bool else None
 
 
 class ArgSignature(NamedTuple):

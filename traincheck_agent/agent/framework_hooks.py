@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from traincheck_agent.agent import runtime
+from traincheck_agent.agent.builtin_views import builtin_items
 from traincheck_agent.agent.call_recorder import CallContext
 from traincheck_agent.agent.naming import first_user_frame
 from traincheck_agent.policy.model import FRAMEWORK_ENTRY_POINTS
@@ -21,10 +22,10 @@ from traincheck_agent.policy.model import FRAMEWORK_ENTRY_POINTS
 
 def _modules_in(values: Any) -> Iterator[torch.nn.Module]:
     for value in values:
-        if isinstance(value, torch.nn.Module):
+        if issubclass(type(value), torch.nn.Module):
             yield value
-        elif isinstance(value, (tuple, list)):
-            yield from (v for v in value if isinstance(v, torch.nn.Module))
+        elif issubclass(type(value), (tuple, list)):
+            yield from (v for v in builtin_items(value) if issubclass(type(v), torch.nn.Module))
 
 
 def _accumulates(obj: Any) -> bool:

@@ -13,6 +13,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from traincheck_agent import faults
+from traincheck_agent.exception_text import exception_text
 from traincheck_agent.fork_safety import ForkSafeLock
 from traincheck_agent.messages import debug, warn, warn_once
 
@@ -143,7 +144,7 @@ class Runtime:
 
 def _warn_stage(stage: str, exc: BaseException, where: str | None) -> None:
     detail = f"{where}: " if where else ""
-    text = f"{detail}{type(exc).__name__}: {exc}"
+    text = f"{detail}{exception_text(exc)}"
     warn_once(f"agent-error:{stage}", f"agent error in {faults.label(stage)} ({text}); the training continues "
               "(further errors in this stage are counted, not shown)")
     debug(f"agent error in {faults.label(stage)}: {text}")

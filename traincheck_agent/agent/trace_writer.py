@@ -43,6 +43,7 @@ from traincheck_agent.agent.process_hooks import (
     register_multiprocessing_exit,
 )
 from traincheck_agent.agent.runtime import report_agent_error
+from traincheck_agent.exception_text import exception_text
 from traincheck_agent.messages import warn_once
 from traincheck_agent.output_files import make_output_dir, open_append
 from traincheck_agent.trace.schema import KIND_HEADER, KIND_NOTE, SCHEMA_VERSION, trace_file_name
@@ -204,7 +205,7 @@ class TraceWriter:
             try:
                 sink.close()
             except Exception as exc:  # contained: the training has ended, the exit goes on
-                warn_once(f"sink-close-{id(self)}", f"the checker failed to finish: {exc!r}")
+                warn_once(f"sink-close-{id(self)}", f"the checker failed to finish: {exception_text(exc)}")
 
     # ----------------------------------------------------------------- background thread
 
@@ -321,7 +322,7 @@ class TraceWriter:
             try:
                 header.update(self._header_provider())
             except Exception as exc:
-                self._disable(f"trace header could not be built ({exc!r}); tracing stopped")
+                self._disable(f"trace header could not be built ({exception_text(exc)}); tracing stopped")
                 return None
             header["kind"] = KIND_HEADER
             header["pid"] = os.getpid()  # the provider may have cached the parent's pid before a fork
@@ -343,7 +344,7 @@ class TraceWriter:
             try:
                 sink.consume(batch)
             except Exception as exc:  # the sink contains its own errors; this is a last guard
-                warn_once(f"sink-{id(self)}", f"the checker failed on a batch of records: {exc!r}")
+                warn_once(f"sink-{id(self)}", f"the checker failed on a batch of records: {exception_text(exc)}")
         return True
 
     def _write_batch(self, batch: list[dict]) -> bool:

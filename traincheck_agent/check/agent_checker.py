@@ -39,6 +39,7 @@ from traincheck_agent.check.requirements import (
     reduce_policy,
     requirements_for,
 )
+from traincheck_agent.exception_text import exception_text
 from traincheck_agent.inference.invariant import Invariant, InvariantFileError, read_invariants
 from traincheck_agent.messages import debug, say, warn
 from traincheck_agent.terminal_text import visible
@@ -97,7 +98,7 @@ def load_invariant_files(paths: Sequence[Path]) -> tuple[list[Invariant], int]:
             warn(f"invariants file {exc}; this file is skipped")
             continue
         except Exception as exc:  # anything else the reader did not foresee: still one file only
-            warn(f"invariants file {path}: cannot be read ({type(exc).__name__}: {exc}); this file is skipped")
+            warn(f"invariants file {path}: cannot be read ({exception_text(exc)}); this file is skipped")
             continue
         usable += 1
         for inv in invariants:

@@ -28,6 +28,7 @@ from typing import IO, Any
 import orjson
 
 from traincheck_agent.check.online import OnlineChecker
+from traincheck_agent.exception_text import exception_text
 from traincheck_agent.inference.invariant import Invariant
 
 
@@ -46,7 +47,7 @@ def serve(source: IO[bytes], sink: IO[bytes]) -> int:
     fed = 0
 
     def error(stage: str, exc: BaseException) -> None:
-        pending.append(_line({"error": f"{stage}: {type(exc).__name__}: {exc}"}))
+        pending.append(_line({"error": f"{stage}: {exception_text(exc)}"}))
 
     for line in source:
         try:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from traincheck_agent import faults
 from traincheck_agent.check.rank_exchange import StoreExchange, decode, encode
 from traincheck_agent.check.rank_summary import Summary, disagree, summarize
+from traincheck_agent.exception_text import exception_text
 from traincheck_agent.messages import debug, warn_once
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ class CrossRankChecks:
             self.to_compare.clear()
             self.awaiting.clear()
             self.held.clear()
-            warn_once("cross-rank-exchange", f"the cross-rank exchange failed ({type(exc).__name__}: {exc}); "
+            warn_once("cross-rank-exchange", f"the cross-rank exchange failed ({exception_text(exc)}); "
                                              f"cross-rank invariants are not checked for the rest of the run")
 
     def _steps_complete(self, before: int, report: Report) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 
 from traincheck_agent.check.triage import Group, triage
+from traincheck_agent.check.violation_schema import record_problem
 from traincheck_agent.check.violations import COVERAGE_EVENT, VIOLATIONS_GLOB, what_happened
 from traincheck_agent.messages import warn
 from traincheck_agent.output_files import make_output_dir
@@ -45,9 +46,25 @@ def find_violation_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob(VIOLATIONS_GLOB) if p.is_file())
 
 
-def read_violation_file(path: Path) -> list[dict[str, Any]]:
+@dataclass
+class SkippedRecords:
+    """Violation records refused by ``violation_schema``: how many, and the first one's
+    ``<file>:<line>: <problem>``."""
+
+    count: int = 0
+    first: str = ""
+
+    def add(self, path: Path, line_no: int, problem: str) -> None:
+        if not self.count:
+            self.first = f"{path}:{line_no}: {problem}"
+        self.count += 1
+
+
+def read_violation_file(path: Path, skipped: SkippedRecords | None = None) -> list[dict[str, Any]]:
     """The records of one file. A torn last line (the process died while writing it) is
-    skipped with a warning; a bad line anywhere else is an error naming the file and line."""
+    skipped with a warning; a line that is not JSON anywhere else is an error naming the file
+    and line. A record of the wrong shape is counted in ``skipped`` and left out, or, without
+    ``skipped``, an error too."""
     try:
         lines = Path(path).read_bytes().splitlines()
     except OSError as exc:
@@ -62,20 +79,25 @@ def read_violation_file(path: Path) -> list[dict[str, Any]]:
                 warn(f"{path}:{line_no}: skipped a torn last line ({exc})")
                 break
             raise ViolationFileError(f"{path}:{line_no}: not valid JSON ({exc})") from None
-        if not isinstance(value, dict):
-            raise ViolationFileError(f"{path}:{line_no}: not a JSON object")
+        problem = record_problem(value)
+        if problem:
+            if skipped is None:
+                raise ViolationFileError(f"{path}:{line_no}: {problem}")
+            skipped.add(path, line_no, problem)
+            continue
         records.append(value)
     return records
 
 
-def read_violations(root: Path, stats: list[dict[str, Any]] | None = None
-                    ) -> tuple[list[dict[str, Any]], list[Path]]:
+def read_violations(root: Path, stats: list[dict[str, Any]] | None = None,
+                    skipped: SkippedRecords | None = None) -> tuple[list[dict[str, Any]], list[Path]]:
     """The violation records under ``root`` and the files read; stats records (``event:
-    coverage``) are left out, and appended to ``stats`` when given."""
+    coverage``) are left out, and appended to ``stats`` when given. ``skipped``: see
+    ``read_violation_file``."""
     files = find_violation_files(root)
     records = []
     for path in files:
-        for record in read_violation_file(path):
+        for record in read_violation_file(path, skipped):
             if record.get("event") == COVERAGE_EVENT:
                 if stats is not None:
                     stats.append(record)
@@ -403,12 +425,12 @@ def render_report(records: list[dict[str, Any]], source: str, files: list[Path] 
     return head + summary + headline + plots + cards + "</main></body></html>\n"
 
 
-def write_report(root: Path, output: Path) -> tuple[int, int, int, int]:
+def write_report(root: Path, output: Path, skipped: SkippedRecords | None = None) -> tuple[int, int, int, int]:
     """Read the violations under ``root``, write the report to ``output``; returns the numbers
     of records, distinct violations (a violation reported by several ranks counts once),
-    groups and files."""
+    groups and files. ``skipped``: see ``read_violation_file``."""
     stats: list[dict[str, Any]] = []
-    records, files = read_violations(root, stats)
+    records, files = read_violations(root, stats, skipped)
     groups = triage(records)
     page = render_report(records, str(root), files, groups, coverage_text(stats))
     make_output_dir(output.parent)
@@ -416,5 +438,5 @@ def write_report(root: Path, output: Path) -> tuple[int, int, int, int]:
     return len(records), sum(g.count for g in groups), len(groups), len(files)
 
 
-__all__ = ["ViolationFileError", "find_violation_files", "read_violation_file",
+__all__ = ["SkippedRecords", "ViolationFileError", "find_violation_files", "read_violation_file",
            "read_violations", "render_report", "write_report"]

@@ -30,13 +30,14 @@ def add_parser(commands: Any) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from traincheck_agent.check.report import ViolationFileError, write_report
+    from traincheck_agent.check.report import SkippedRecords, ViolationFileError, write_report
 
     output = args.output
     if output is None:
         output = (args.dir.parent if args.dir.is_file() else args.dir) / DEFAULT_NAME
+    skipped = SkippedRecords()
     try:
-        records, distinct, groups, files = write_report(args.dir, output)
+        records, distinct, groups, files = write_report(args.dir, output, skipped)
     except ViolationFileError as exc:
         return fail(str(exc))
     except OSError as exc:
@@ -46,4 +47,7 @@ def run_report(args: argparse.Namespace) -> int:
     else:
         repeated = f" ({records} records)" if records != distinct else ""
         write_line(sys.stdout, f"{distinct} violations{repeated} in {groups} groups from {files} file(s) -> {output}")
+    if skipped.count:
+        # The report shows the readable records; the status still says the input was bad.
+        return fail(f"{skipped.first} ({skipped.count} bad record(s) skipped, the first shown)")
     return 0

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from traincheck_agent import faults, messages
+from traincheck_agent.exception_text import exception_text
 from traincheck_agent.fingerprint import cpu, device_hash
 
 __all__ = ["ALGORITHMS", "fingerprint_tensor", "fingerprint_tensors"]
@@ -95,7 +96,7 @@ def _kernel_module() -> Any:
         try:
             from traincheck_agent.fingerprint import triton_kernel
         except Exception as exc:  # Triton missing or broken: the reference gives the same hashes
-            _disable_kernel(f"{type(exc).__name__}: {exc}")
+            _disable_kernel(exception_text(exc))
             return None
         _kernel["module"] = triton_kernel
     return _kernel["module"]
@@ -108,7 +109,7 @@ def _device_batch(device: torch.device, tensors: list[torch.Tensor]) -> list[dic
             try:
                 return module.fingerprint_batch(tensors)
             except Exception as exc:  # compile or launch failure: fall back for good
-                _disable_kernel(f"{type(exc).__name__}: {exc}")
+                _disable_kernel(exception_text(exc))
     return device_hash.fingerprint_reference(tensors)
 
 

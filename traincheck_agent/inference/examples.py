@@ -28,6 +28,19 @@ _EPSILON = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bflo
 NEGLIGIBLE_EPSILONS = 64
 
 
+NO_FINGERPRINT = "no fingerprint"  # why an example about a tensor the agent could not hash is undecided
+
+
+def unfingerprinted(fingerprint: Any) -> bool:
+    """Whether a recorded fingerprint is the marker of a tensor the agent could not hash
+    (``nostorage:``, ``meta:``, ...: nothing after the colon, both flags False). Markers are
+    equal whatever the contents, so they say neither that a value changed nor what it holds."""
+    if not isinstance(fingerprint, dict):
+        return False
+    h = fingerprint.get("h")
+    return isinstance(h, str) and h.endswith(":")
+
+
 def value_class(fingerprint: dict[str, Any] | None) -> str:
     """The symbolic class of a tensor value: none, zero, nonfinite or nonzero."""
     if fingerprint is None:
@@ -60,6 +73,8 @@ class TransitionExample(NamedTuple):
     # to its data (a bias feeding BatchNorm or a softmax, whose grad is zero up to rounding): an
     # exact zero now says nothing about backward.
     rounding_grad: bool = False
+    # Both values were fingerprinted (or absent): the example can tell what the call did.
+    fingerprinted: bool = True
 
     @property
     def changed(self) -> bool:
@@ -264,6 +279,7 @@ class TransitionCollector(Collector):
                 var=var,
                 update_negligible=negligible,
                 rounding_grad=rounding,
+                fingerprinted=not (unfingerprinted(b) or unfingerprinted(a)),
             ))
         if event == "optimizer.step" and out:
             self.held_call = record["call"]

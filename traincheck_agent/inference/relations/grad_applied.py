@@ -32,8 +32,10 @@ from typing import Any, NamedTuple
 
 from traincheck_agent.inference.examples import (
     DESCRIPTIVE_ATTRS,
+    NO_FINGERPRINT,
     NONZERO,
     LearningRates,
+    unfingerprinted,
     update_negligible,
     value_class,
 )
@@ -67,6 +69,8 @@ class AppliedExample(NamedTuple):
     trace: str
     applied: bool
     features: tuple[tuple[str, Any], ...]
+    # The grad and the step's data were fingerprinted: whether the step applied it is known.
+    fingerprinted: bool = True
 
     feature_map = FeatureExample.feature_map
 
@@ -85,6 +89,7 @@ class Collector(StreamCollector):
         self.grads: dict[str, tuple[tuple[str, Any], ...]] = {}  # parameters with a grad this iteration
         self.applied: set[str] = set()  # parameters a step of this iteration changed
         self.unchanged: dict[str, tuple[Any, dict[str, Any]]] = {}  # the others: step call, attrs before
+        self.unknown: set[str] = set()  # parameters whose grad or data has no fingerprint
         self.call_lr: dict[Any, float] = {}  # the smallest learning rate of each step call
         self.stepped = False  # some optimizer step ran in this iteration
         self.stepped_by: set[str] = set()  # the optimizers that did (their param groups' owners)
@@ -121,6 +126,8 @@ class Collector(StreamCollector):
                 out.append(late)  # a new grad came before any step applied the old one
             if attrs.get("requires_grad") is not False and value_class(attrs.get("grad")) == NONZERO:
                 self.grads[var] = _features(record)
+                if unfingerprinted(attrs.get("grad")):
+                    self.unknown.add(var)
         elif where == BEFORE_STEP:
             self.pending[(record.get("call"), var)] = attrs
             self.step_calls.add(record.get("call"))
@@ -134,7 +141,9 @@ class Collector(StreamCollector):
             before = self.pending.pop((record.get("call"), var), None)
             if before is not None and isinstance(before.get("data"), dict) and isinstance(attrs.get("data"), dict):
                 self.stepped = True
-                if before["data"].get("h") != attrs["data"].get("h") or update_negligible(before):
+                if unfingerprinted(before["data"]) or unfingerprinted(attrs["data"]):
+                    self.unknown.add(var)
+                elif before["data"].get("h") != attrs["data"].get("h") or update_negligible(before):
                     self.applied.add(var)
                     late = self.carried.pop(var, None)
                     if late is not None:
@@ -160,13 +169,15 @@ class Collector(StreamCollector):
                                       if update_negligible(before, self.call_lr.get(call))}
             steps = ("steps", "+".join(sorted(self.step_apis)))
             for var, features in self.grads.items():
-                example = AppliedExample(var, self.step, label, var in applied, tuple(sorted((*features, steps))))
-                if example.applied:
+                example = AppliedExample(var, self.step, label, var in applied, tuple(sorted((*features, steps))),
+                                         var not in self.unknown)
+                if example.applied or not example.fingerprinted:
                     out.append(example)
                 else:
                     self.carried[var] = example
             self.previous_by = self.stepped_by
         self.grads, self.applied, self.unchanged, self.stepped, self.stepped_by = {}, set(), {}, False, set()
+        self.unknown = set()
         self.pending.clear()
         self.call_lr.clear()
         self.step_calls.clear()
@@ -183,7 +194,7 @@ def invariant_key(invariant: Invariant) -> str:
 
 
 def infer(groups: dict[str, list[AppliedExample]], sources: tuple[str, ...]) -> list[Invariant]:
-    group = groups.get(KEY, [])
+    group = [e for e in groups.get(KEY, []) if e.fingerprinted]
     passing = [e for e in group if e.applied]
     if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
         return []
@@ -207,8 +218,13 @@ def infer(groups: dict[str, list[AppliedExample]], sources: tuple[str, ...]) -> 
     return invariants
 
 
+def outside(invariant: Invariant, e: AppliedExample) -> str | None:
+    """A parameter without a fingerprint: whether the step applied its grad is unknown."""
+    return None if e.fingerprinted else NO_FINGERPRINT
+
+
 def violates(invariant: Invariant, e: AppliedExample) -> bool:
-    return not e.applied and holds_all(invariant.precondition, e.feature_map())
+    return e.fingerprinted and not e.applied and holds_all(invariant.precondition, e.feature_map())
 
 
 def violation(invariant: Invariant, ex: AppliedExample) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from traincheck_agent.inference.examples import (
     DESCRIPTIVE_ATTRS,
+    NO_FINGERPRINT,
     NONE,
     NONFINITE,
     NONZERO,
@@ -100,7 +101,7 @@ def infer(groups: Groups, sources: tuple[str, ...]) -> list[Invariant]:
             if effect.about_before:
                 own = f"before.{attribute}"
                 features = [{k: v for k, v in f.items() if k != own} for f in all_features]
-            decided = [i for i, e in enumerate(group) if not effect.undecided(e)]
+            decided = [i for i, e in enumerate(group) if e.fingerprinted and not effect.undecided(e)]
             passing_idx = [i for i in decided if effect.holds(group[i])]
             if len(passing_idx) < MIN_PASSING or len({group[i].step for i in passing_idx}) < MIN_STEPS:
                 continue
@@ -134,10 +135,16 @@ def infer(groups: Groups, sources: tuple[str, ...]) -> list[Invariant]:
     return invariants
 
 
+def outside(invariant: Invariant, e: TransitionExample) -> str | None:
+    """A tensor without a fingerprint: nothing can be said about what the call did to it."""
+    return None if e.fingerprinted else NO_FINGERPRINT
+
+
 def violates(invariant: Invariant, e: TransitionExample) -> bool:
     """The example satisfies the precondition but not the effect."""
     effect = EFFECTS_BY_NAME[invariant.subject["effect"]]
-    return not effect.holds(e) and not effect.undecided(e) and holds_all(invariant.precondition, e.feature_map())
+    return (e.fingerprinted and not effect.holds(e) and not effect.undecided(e)
+            and holds_all(invariant.precondition, e.feature_map()))
 
 
 def violation(invariant: Invariant, ex: TransitionExample) -> dict[str, Any]:

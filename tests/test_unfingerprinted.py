@@ -1,0 +1,34 @@
+"""A tensor the agent cannot fingerprint is undecided, never a pass or a failure.
+
+Its state records carry a marker instead of a hash; two markers are equal whatever the data, so
+comparing them would say "the step did not change the data" at every step. The checks count such
+examples as not covered ("no fingerprint") instead.
+"""
+
+from __future__ import annotations
+
+from conftest import PIPELINES, agent_env, run_python
+
+from traincheck_agent.inference.engine import infer_invariants
+from traincheck_agent.inference.invariant import write_invariants
+
+OPAQUE = str(PIPELINES / "opaque_param_train.py")
+
+
+def test_a_parameter_without_a_fingerprint_is_not_a_violation(tmp_path):
+    ref = tmp_path / "ref"
+    collect = run_python([OPAQUE], agent_env("collect", ref))
+    assert collect.returncode == 0, collect.stderr
+    invariants, files = infer_invariants([ref])
+    relations = {inv.relation for inv in invariants}
+    assert {"StateTransition", "GradApplied"} <= relations, relations
+    inv = tmp_path / "inv.json"
+    write_invariants(invariants, inv, [str(f) for f in files])
+
+    check = run_python([OPAQUE, "--opaque"], agent_env("check", tmp_path / "check", TRAINCHECK_INV=str(inv)))
+    assert check.returncode == 0, check.stderr
+    [summary] = [line for line in check.stderr.splitlines() if "check summary" in line]
+    assert "no violations" in summary and "no fingerprint for optimizer.step" in summary, check.stderr
+    assert not list((tmp_path / "check").glob("violations-*.jsonl")) or not any(
+        line.strip() and '"event":"coverage"' not in line.replace(" ", "")
+        for p in (tmp_path / "check").glob("violations-*.jsonl") for line in p.read_text().splitlines())
