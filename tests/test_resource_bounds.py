@@ -105,21 +105,40 @@ def test_unwritable_output_is_one_warning_and_the_training_runs_on(mode, plain, 
     assert not os.path.exists(blocker / "out")
 
 
+FULL_AT = 1 << 16  # bytes
+
+
 def test_a_full_disk_under_the_violation_log_is_one_warning(plain, inv, tmp_path):
-    """violations-0.jsonl on a device that is always full (/dev/full: every write fails with
-    ENOSPC): one warning naming the file, the violations still on stderr, the training as it was."""
-    if not os.path.exists("/dev/full"):
-        pytest.fail("this test needs /dev/full (Linux)")
+    """violations-0.jsonl can take no more bytes (the file-size limit is its current size, so every
+    append fails as on a full disk, while small files elsewhere can still be written): one warning
+    naming the file, the violations still on stderr, the training as it was."""
     out = tmp_path / "out"
     out.mkdir()
-    (out / "violations-0.jsonl").symlink_to("/dev/full")
-    [proc] = run_parallel(([MLP, *STEPS, "--bug", "no-zero-grad"],
-                           agent_env("check", out, TRAINCHECK_INV=inv)))
+    log = out / "violations-0.jsonl"
+    log.write_text("\n" * FULL_AT)
+    limited = (f"import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_FSIZE, ({FULL_AT}, {FULL_AT})); "
+               f"sys.argv = [{MLP!r}, *{[*STEPS, '--bug', 'no-zero-grad']!r}]; runpy.run_path({MLP!r}, run_name='__main__')")
+    [proc] = run_parallel((["-c", limited], agent_env("check", out, TRAINCHECK_INV=inv)))
     assert proc.returncode == 0, proc.stderr
     assert _losses(proc.stdout) == plain["buggy"]
     [warning] = _warnings(proc.stderr)
-    assert "cannot write violations to" in warning and "No space left on device" in warning
+    assert "cannot write violations to" in warning and "File too large" in warning
     assert "they are shown on stderr only" in warning
+    assert "[traincheck] violation at rank 0 step 1: " in proc.stderr
+    assert log.read_text() == "\n" * FULL_AT
+
+
+def test_a_link_where_the_violation_log_goes_is_refused_with_one_warning(plain, inv, tmp_path):
+    """A symbolic link in the log's place (to a device that is always full, here) is not
+    followed: one warning, the violations on stderr, the training as it was."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "violations-0.jsonl").symlink_to("/dev/full" if os.path.exists("/dev/full") else tmp_path / "elsewhere")
+    [proc] = run_parallel(([MLP, *STEPS, "--bug", "no-zero-grad"], agent_env("check", out, TRAINCHECK_INV=inv)))
+    assert proc.returncode == 0, proc.stderr
+    assert _losses(proc.stdout) == plain["buggy"]
+    [warning] = _warnings(proc.stderr)
+    assert "cannot write violations to" in warning and "a symbolic link is in its place" in warning
     assert "[traincheck] violation at rank 0 step 1: " in proc.stderr
 
 

@@ -15,9 +15,9 @@ A step whose learning rate is too small for the update to show (a schedule endin
 undecided too. Iterations without an optimizer step give no examples, and neither does a last
 iteration that the optimizers of the one before did not all step (a GAN's generator update after
 the discriminator's last step). Examples complete when the step moves on, or at the end of the
-trace. An unapplied grad is judged once the parameter's next grad arrives or the iteration after
-ends: a second optimizer that steps after the clock's (the clock counts its step in the next
-iteration) applies it there.
+trace. An unapplied grad is judged once the next iteration's own work (a ``zero_grad``, a
+backward) begins: a second optimizer that steps after the clock's (the clock counts its step in
+the next iteration, before that work) applies it there.
 
 Each example also carries ``steps``, the optimizer step APIs of its iteration (read from the
 step calls' records): an optimizer whose rule may skip an update (Rprop, on a change of the
@@ -117,13 +117,15 @@ class Collector(StreamCollector):
             out = self._close_iteration()
             self.step = step
         where = record.get("where")
+        if self.carried and where not in (BEFORE_STEP, AFTER_STEP):
+            # The next iteration's own work (zero_grad, backward) has begun: no late step of the
+            # one before can come any more.
+            out += self.carried.values()
+            self.carried = {}
         if where not in POINTS:
             return out
         var, attrs = str(record.get("var")), record.get("attrs") or {}
         if where == GRAD_POINT:
-            late = self.carried.pop(var, None)
-            if late is not None:
-                out.append(late)  # a new grad came before any step applied the old one
             if attrs.get("requires_grad") is not False and value_class(attrs.get("grad")) == NONZERO:
                 self.grads[var] = _features(record)
                 if unfingerprinted(attrs.get("grad")):
