@@ -39,6 +39,7 @@ from traincheck_agent.agent.patching import TracedFunction  # noqa: F401  (re-ex
 from traincheck_agent.policy.model import DESCRIBE_NONE
 from traincheck_agent.trace.initialisers import initialises
 from traincheck_agent.trace.schema import KIND_CALL
+from traincheck_agent.user_tensor_hooks import hooks_off
 
 Hook = Callable[["CallContext"], None]
 # APIs under this prefix return batches: their return values are described as data.
@@ -163,9 +164,12 @@ def make_call_wrapper(
                     fire("describe")
                 if signature is None:
                     signature = arg_signature(func_for_names, is_method) if func_for_names is not None else NO_SIGNATURE
-                described = describe_args(signature, args, kwargs, a_level, registry.param_names, registry.module_names)
-                if describe_self and instance is not None and a_level != DESCRIBE_NONE:
-                    described = {"self": describe(instance, a_level, registry.param_names, registry.module_names), **described}
+                with hooks_off():  # attribute reads of a user's tensor subclass reach no hook of it
+                    described = describe_args(signature, args, kwargs, a_level, registry.param_names,
+                                              registry.module_names)
+                    if describe_self and instance is not None and a_level != DESCRIBE_NONE:
+                        described = {"self": describe(instance, a_level, registry.param_names, registry.module_names),
+                                     **described}
                 stage = "record"
                 grad = torch.is_grad_enabled()
                 record_fields = {
@@ -230,8 +234,9 @@ def make_call_wrapper(
                 if level != DESCRIBE_NONE and ctx.exc is None:
                     registry = rt.registry
                     stage = "describe"
-                    fields["ret"] = describe(ctx.result, level, registry.param_names, registry.module_names,
-                                             data=returns_batch)
+                    with hooks_off():
+                        fields["ret"] = describe(ctx.result, level, registry.param_names, registry.module_names,
+                                                 data=returns_batch)
                     stage = "record"
                 rt.emit(fields)
             if not state.stack:

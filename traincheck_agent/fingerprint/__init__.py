@@ -25,6 +25,7 @@ import torch
 from traincheck_agent import faults, messages
 from traincheck_agent.exception_text import exception_text
 from traincheck_agent.fingerprint import cpu, device_hash
+from traincheck_agent.user_tensor_hooks import hooks_off
 
 __all__ = ["ALGORITHMS", "fingerprint_tensor", "fingerprint_tensors"]
 
@@ -132,7 +133,8 @@ def fingerprint_tensors(tensors: Sequence[torch.Tensor]) -> list[dict]:
     try:
         if faults.armed:
             faults.fire("fingerprint")
-        return _fingerprint_batch(tensors)
+        with hooks_off():  # the user's op counters and subclass hooks never see these ops
+            return _fingerprint_batch(tensors)
     except Exception as exc:
         faults.tag(exc, "fingerprint")
         raise
