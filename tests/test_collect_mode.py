@@ -163,6 +163,38 @@ def test_sigterm_leaves_a_readable_trace(tmp_path):
     assert len(trace.calls("torch.optim.Adam.step")) >= 6
 
 
+SIGNAL_STATE = """
+import signal, threading
+def state():
+    fd = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(fd)
+    names = sorted(t.name for t in threading.enumerate() if t.name.startswith("traincheck"))
+    return [signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, fd, names]
+seen = [state()]
+import torch
+seen.append(state())
+model = torch.nn.Linear(3, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(2):
+    opt.zero_grad()
+    model(torch.ones(4, 3)).sum().backward()
+    opt.step()
+seen.append(state())
+print(seen)
+"""
+
+
+def test_signal_state_is_the_programs_until_training_starts(tmp_path):
+    script = tmp_path / "signals.py"
+    script.write_text(SIGNAL_STATE)
+    proc = run_python([str(script)], agent_env("collect", tmp_path / "t"))
+    assert proc.returncode == 0, proc.stderr
+    at_start, after_import, trained = eval(proc.stdout.strip().splitlines()[-1])
+    assert at_start == after_import == [True, -1, []]
+    # Once it records: the SIGTERM flush is ours, the wakeup fd still reads as the program's.
+    assert trained == [False, -1, ["traincheck-sigterm-watch", "traincheck-trace-writer"]]
+
+
 def _torchrun_two_ranks(script: str, out):
     cmd = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(PIPELINES / script)]
     proc = run_python(cmd, agent_env("collect", out, OMP_NUM_THREADS="1"))

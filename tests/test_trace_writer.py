@@ -370,9 +370,26 @@ def test_sigterm_to_a_forked_child_leaves_the_parent_alone(tmp_path: Path) -> No
     assert [r["id"] for r in TraceFile(parent).records()] == [0, 2]
 
 
+def test_sigterm_handler_installed_with_the_first_record_only(tmp_path: Path) -> None:
+    result = _run(
+        """
+        def fd_now():
+            fd = signal.set_wakeup_fd(-1)
+            signal.set_wakeup_fd(fd)
+            return fd
+        import threading
+        print(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, fd_now(), threading.active_count())
+        w.emit(rec(0))
+        print(signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, fd_now(), threading.active_count())
+        """,
+        tmp_path,
+    )
+    before, after = result.stdout.splitlines()
+    assert before == "True -1 1", result.stderr  # nothing recorded: nothing to see
+    assert after == "False -1 3", result.stderr  # ours, the writer and the watcher; the fd hidden
+
+
 def test_sigterm_handler_not_installed_over_a_user_handler(tmp_path: Path) -> None:
-    result = _run("print(signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL)", tmp_path)
-    assert result.stdout.strip() == "True", result.stderr  # ours, in place of the default
     result = _run(
         """
         def mine(signum, frame):
@@ -397,13 +414,13 @@ def test_sigterm_handler_not_installed_over_a_user_handler(tmp_path: Path) -> No
 def test_a_later_handler_that_chains_to_ours_decides(tmp_path: Path) -> None:
     result = _run(
         """
+        w.emit(rec(0))  # the model is built: the handler is ours from here on
         previous = signal.getsignal(signal.SIGTERM)
         def graceful(signum, frame):
             previous(signum, frame)  # chains, as Lightning does
             print("checkpoint saved", flush=True)
             sys.exit(7)
         signal.signal(signal.SIGTERM, graceful)
-        w.emit(rec(0))
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(10)
         """,
@@ -411,6 +428,66 @@ def test_a_later_handler_that_chains_to_ours_decides(tmp_path: Path) -> None:
     )
     assert result.returncode == 7, result.stderr
     assert result.stdout.strip() == "checkpoint saved"
+    assert [r["id"] for r in _records(tmp_path)] == [0]
+
+
+def test_the_programs_wakeup_fd_is_its_own_and_the_watcher_comes_back(tmp_path: Path) -> None:
+    # The program sees the wakeup fd it would see without the agent; while its own fd is set,
+    # signals reach it; once it lets go, a rank stuck in C code still dies of SIGTERM at once.
+    proc = _popen(
+        """
+        import asyncio, ctypes, socket
+        w.emit(rec(0))
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        print(signal.set_wakeup_fd(a.fileno()), signal.set_wakeup_fd(-1) == a.fileno(), flush=True)
+        loop = asyncio.new_event_loop()
+        fired = []
+        loop.add_signal_handler(signal.SIGUSR1, lambda: (fired.append(1), loop.stop()))
+        loop.call_soon(os.kill, os.getpid(), signal.SIGUSR1)
+        loop.run_forever()
+        loop.remove_signal_handler(signal.SIGUSR1)
+        loop.close()
+        print("asyncio", fired, signal.set_wakeup_fd(-1), flush=True)
+        signal.set_wakeup_fd(-1)
+        w.emit(rec(1))
+        print("ready", flush=True)
+        ctypes.CDLL(None).system(b"exec sleep 15 </dev/null >/dev/null 2>&1")
+        print("returned", flush=True)
+        """,
+        tmp_path,
+    )
+    assert proc.stdout.readline().strip() == "-1 True"
+    assert proc.stdout.readline().strip() == "asyncio [1] -1"
+    _wait_for_line(proc, "ready")
+    time.sleep(0.3)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert time.monotonic() - started < 10, stderr
+    assert proc.returncode == -signal.SIGTERM, stderr
+    assert "returned" not in stdout
+    assert [r["id"] for r in _records(tmp_path)] == [0, 1]
+
+
+def test_sigterm_flushes_while_the_program_holds_the_wakeup_fd(tmp_path: Path) -> None:
+    proc = _popen(
+        """
+        import socket
+        w.emit(rec(0))
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        signal.set_wakeup_fd(a.fileno())
+        print("ready", flush=True)
+        while True:
+            time.sleep(0.01)
+        """,
+        tmp_path,
+    )
+    _wait_for_line(proc, "ready")
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM
     assert [r["id"] for r in _records(tmp_path)] == [0]
 
 

@@ -43,11 +43,12 @@ if hasattr(os, "register_at_fork"):
 
 
 def install_flush_on_exit(writer: TraceWriter) -> None:
-    """Flush ``writer`` at normal exit, on uncaught exceptions, on Ctrl-C and on SIGTERM.
+    """Flush ``writer`` at normal exit, on uncaught exceptions and on Ctrl-C; on SIGTERM once
+    :func:`arm_sigterm_flush` has run.
 
-    Uncaught exceptions, ``sys.exit`` and KeyboardInterrupt all end in ``atexit``. SIGTERM kills
-    a process without running ``atexit``, so a handler is added, but only where it cannot change
-    the program's behaviour: the current handler is the default and we are in the main thread.
+    Uncaught exceptions, ``sys.exit`` and KeyboardInterrupt all end in ``atexit``, which no
+    program can see. SIGTERM kills a process without running ``atexit``; the handler for it is
+    visible to the program, so it waits until there is something to flush.
     """
     global _exit_hooks_installed
     if writer not in _exit_writers:
@@ -56,7 +57,6 @@ def install_flush_on_exit(writer: TraceWriter) -> None:
         return
     _exit_hooks_installed = True  # a forked child inherits both atexit and the signal handler
     atexit.register(_close_all_at_exit)
-    _install_sigterm_handler()
 
 
 def _close_all_at_exit() -> None:
@@ -76,18 +76,37 @@ _SIGTERM_GRACE_S = 0.5
 _sigterm_in_main = threading.Event()  # set when the main thread's handler has started
 _watch_fds: tuple[int, int] | None = None  # (read, write) ends of the wakeup pipe
 _watch_pid: int | None = None
+_real_set_wakeup_fd = signal.set_wakeup_fd
 
 
-def _install_sigterm_handler() -> None:
-    if threading.current_thread() is not threading.main_thread():
-        return
+_sigterm_armed_pid: int | None = None
+
+
+def arm_sigterm_flush() -> bool:
+    """Install the SIGTERM flush (handler and watcher), once per process, from the main thread.
+
+    Called when the first record is queued and at each step end until it has run, so that a
+    program sees no handler, no wakeup fd and no watcher thread before it traces anything. The
+    handler goes in only where it cannot change the program's behaviour: the current one is the
+    default. Returns False while it still has to run (not the main thread), True once settled.
+    """
+    global _sigterm_armed_pid
+    pid = os.getpid()
+    if _sigterm_armed_pid == pid:
+        return True
+    if not _exit_writers or threading.current_thread() is not threading.main_thread():
+        return False
+    _sigterm_armed_pid = pid
     try:
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        current = signal.getsignal(signal.SIGTERM)
+        if current is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+        elif current is not _on_sigterm:  # the program's own handler decides; atexit flushes
+            return True
     except (ValueError, OSError):  # not the main interpreter, or signals unavailable
-        return
+        return True
     ensure_sigterm_watch()
+    return True
 
 
 def _flush_for_sigterm() -> None:
@@ -126,12 +145,12 @@ def ensure_sigterm_watch() -> None:
         return
     try:
         os.set_blocking(write_fd, False)
-        previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        previous = _real_set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     except (OSError, ValueError):
         _close_fds(read_fd, write_fd)
         return
     if previous != -1:  # asyncio or the program uses the wakeup fd: it stays theirs
-        signal.set_wakeup_fd(previous)
+        _real_set_wakeup_fd(previous)
         _close_fds(read_fd, write_fd)
         return
     thread = threading.Thread(
@@ -140,11 +159,31 @@ def ensure_sigterm_watch() -> None:
     try:
         thread.start()
     except RuntimeError:  # interpreter shutting down
-        signal.set_wakeup_fd(-1)
+        _real_set_wakeup_fd(-1)
         _close_fds(read_fd, write_fd)
         return
     _watch_fds = (read_fd, write_fd)
     _watch_pid = os.getpid()
+    signal.set_wakeup_fd = _set_wakeup_fd_as_the_program_sees_it
+
+
+def _set_wakeup_fd_as_the_program_sees_it(fd: int, /, *, warn_on_full_buffer: bool = True) -> int:
+    """``signal.set_wakeup_fd`` with the watcher's descriptor out of sight.
+
+    The program gets back what it would have without the agent: -1 where only the watcher's
+    descriptor was set. Its own descriptor takes over (the watcher goes quiet, the Python-level
+    handler still flushes); when it sets -1 again, the watcher's descriptor comes back.
+    """
+    previous = _real_set_wakeup_fd(fd, warn_on_full_buffer=warn_on_full_buffer)
+    watch = _watch_fds if _watch_pid == os.getpid() else None
+    if watch is None:
+        return previous
+    if previous == watch[1]:
+        previous = -1
+    if fd == -1 and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        with contextlib.suppress(OSError, ValueError):
+            _real_set_wakeup_fd(watch[1], warn_on_full_buffer=False)
+    return previous
 
 
 def _watch_sigterm(read_fd: int) -> None:
@@ -192,9 +231,9 @@ def _forget_sigterm_watch_in_child() -> None:
     _watch_fds = None
     _watch_pid = None
     try:
-        previous = signal.set_wakeup_fd(-1)
+        previous = _real_set_wakeup_fd(-1)
         if previous not in (write_fd, -1):
-            signal.set_wakeup_fd(previous)  # someone else's: keep it
+            _real_set_wakeup_fd(previous)  # someone else's: keep it
     except (ValueError, OSError):
         # Still registered: point it at /dev/null so the child's signals go nowhere.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -37,7 +37,7 @@ import orjson
 from traincheck_agent import faults
 from traincheck_agent.agent.process_hooks import (
     SIGTERM_FLUSH_TIMEOUT_S,
-    ensure_sigterm_watch,
+    arm_sigterm_flush,
     install_flush_on_exit,
     live_writers,
     register_multiprocessing_exit,
@@ -115,6 +115,7 @@ class TraceWriter:
         self._io_owner: int | None = None
         self._start_lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._sigterm_armed = False  # until the SIGTERM flush is settled from the main thread
         self._stopping = False
         self._disabled = False
         self._fd: int | None = None
@@ -161,6 +162,8 @@ class TraceWriter:
         try:
             if len(self._buffer) >= STEP_BATCH_MIN and not self._wake.is_set():
                 self._wake.set()
+            if not self._sigterm_armed:  # the first record came from another thread
+                self._sigterm_armed = arm_sigterm_flush()
         except Exception:  # the agent must never break the training step
             pass
 
@@ -221,7 +224,7 @@ class TraceWriter:
                 return
             self._thread = thread
             register_multiprocessing_exit(self)
-            ensure_sigterm_watch()  # a forked child gets its own watcher once it traces
+            self._sigterm_armed = arm_sigterm_flush()  # a forked child arms its own once it traces
 
     def _run(self) -> None:
         while not self._stopping and not self._disabled:
