@@ -32,3 +32,25 @@ def test_a_parameter_without_a_fingerprint_is_not_a_violation(tmp_path):
     assert not list((tmp_path / "check").glob("violations-*.jsonl")) or not any(
         line.strip() and '"event":"coverage"' not in line.replace(" ", "")
         for p in (tmp_path / "check").glob("violations-*.jsonl") for line in p.read_text().splitlines())
+
+
+def test_a_rank_without_a_fingerprint_does_not_break_cross_rank_equality(tmp_path):
+    # Rank 1 cannot hash one replicated parameter: its marker is neither equal nor unequal to
+    # rank 0's hash, so "equal on every rank" is undecided there, never a violation.
+    torchrun = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", OPAQUE]
+    ref = tmp_path / "ref"
+    collect = run_python(torchrun, agent_env("collect", ref, OMP_NUM_THREADS="1"))
+    assert collect.returncode == 0, collect.stderr
+    invariants, files = infer_invariants([ref])
+    cross = [i for i in invariants if i.relation == "CrossRankConsistent"]
+    assert cross, sorted({i.relation for i in invariants})
+    inv = tmp_path / "inv.json"
+    write_invariants(cross, inv, [str(f) for f in files])
+
+    out = tmp_path / "check"
+    check = run_python([*torchrun, "--opaque-rank", "1"],
+                       agent_env("check", out, TRAINCHECK_INV=str(inv), OMP_NUM_THREADS="1"))
+    assert check.returncode == 0, check.stderr
+    summaries = [line for line in check.stderr.splitlines() if "check summary" in line]
+    assert len(summaries) == 2 and all("no violations" in line for line in summaries), check.stderr
+    assert any("no fingerprint" in line for line in summaries), check.stderr

@@ -35,9 +35,11 @@ def unfingerprinted(fingerprint: Any) -> bool:
     """Whether a recorded fingerprint is the marker of a tensor the agent could not hash
     (``nostorage:``, ``meta:``, ...: nothing after the colon, both flags False). Markers are
     equal whatever the contents, so they say neither that a value changed nor what it holds."""
-    if not isinstance(fingerprint, dict):
-        return False
-    h = fingerprint.get("h")
+    return isinstance(fingerprint, dict) and marker_hash(fingerprint.get("h"))
+
+
+def marker_hash(h: Any) -> bool:
+    """Whether a recorded hash is an unfingerprinted tensor's marker (see ``unfingerprinted``)."""
     return isinstance(h, str) and h.endswith(":")
 
 

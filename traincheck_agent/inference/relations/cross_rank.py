@@ -25,7 +25,12 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from traincheck_agent.inference.examples import DESCRIPTIVE_ATTRS, TENSOR_ATTRS
+from traincheck_agent.inference.examples import (
+    DESCRIPTIVE_ATTRS,
+    NO_FINGERPRINT,
+    TENSOR_ATTRS,
+    marker_hash,
+)
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     PARTIES,
@@ -80,6 +85,7 @@ class RankExample(FeatureExample):
     odd_ranks: tuple[int, ...] = ()  # when most ranks agree: the ranks that differ from them
     values: tuple[tuple[int, str], ...] = ()  # a scalar attribute's value on each rank
     run: str = ""  # the reference run, for merging references (``deduce_scopes``)
+    fingerprinted: bool = True  # False when a rank could not hash its tensor: undecided
 
 
 
@@ -188,13 +194,14 @@ def finalize(groups: dict[tuple[str, str], list[RankSnapshot]]) -> dict[tuple[st
                 continue
             ranks = tuple(sorted(by_rank))
             digests = {r: by_rank[r].digest for r in ranks}
-            equal = len(set(digests.values())) == 1
+            fingerprinted = not any(marker_hash(d) for d in digests.values())
+            equal = fingerprinted and len(set(digests.values())) == 1
             values = () if equal else tuple((r, d[len(SCALAR_PREFIX):]) for r, d in digests.items()
                                             if d is not None and d.startswith(SCALAR_PREFIX))
             out[(where, attribute)].append(RankExample(
                 where, attribute, var, step, ranks, equal,
-                _example_features([by_rank[r].features for r in ranks]), family, _odd_ranks(digests), values,
-                run))
+                _example_features([by_rank[r].features for r in ranks]), family,
+                _odd_ranks(digests) if fingerprinted else (), values, run, fingerprinted))
     return out
 
 
@@ -232,6 +239,7 @@ def infer(groups: dict[tuple[str, str], list[RankExample]], sources: tuple[str, 
 
 def _hypotheses(where: str, attribute: str, family: str, group: list[RankExample], sources: tuple[str, ...]
                 ) -> list[Invariant]:
+    group = [e for e in group if e.fingerprinted]  # a marker says neither equal nor unequal
     passing = [e for e in group if e.equal]
     if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
         return []
@@ -294,7 +302,14 @@ def _by_name(where: str, attribute: str, family: str, group: list[RankExample], 
     )
 
 
+def outside(invariant: Invariant, e: RankExample) -> str | None:
+    """A rank that could not hash its tensor: nothing can be said about agreement."""
+    return None if e.fingerprinted else NO_FINGERPRINT
+
+
 def violates(invariant: Invariant, e: RankExample) -> bool:
+    if not e.fingerprinted:
+        return False
     names = invariant.subject.get(VARIABLES)
     if names is not None and e.var not in _name_set(invariant):
         return False
