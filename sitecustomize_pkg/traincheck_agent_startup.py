@@ -39,6 +39,8 @@ def _warn(text: str) -> None:
 def _one_line(value: object) -> str:
     try:
         flat = " ".join(str(value).split())
+        if not flat.isprintable():  # escape sequences shown, not obeyed (as terminal_text does)
+            flat = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in flat)
     except Exception:  # an exception whose __str__ fails still gets its one line
         flat = "<unprintable>"
     return flat if len(flat) <= 300 else flat[:297] + "..."

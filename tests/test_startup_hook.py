@@ -205,6 +205,11 @@ def test_unknown_mode_value_is_printed_on_one_line(hook_venv: tuple[Path, Path])
         "[traincheck] warning: TRAINCHECK_MODE=col lect is not one of off, collect, check; "
         "the agent stays off"
     ]
+    proc = run_python(python, mode="\x1b]0;owned\x07col\x9blect")
+    assert stderr_lines(proc) == [
+        "[traincheck] warning: TRAINCHECK_MODE=\\x1b]0;owned\\x07col\\x9blect is not one of off, "
+        "collect, check; the agent stays off"
+    ]
 
 
 # --- active modes ---------------------------------------------------------------------------
