@@ -29,6 +29,11 @@ RUNS = {
     "step_no_step": ("--steps", "8", "--bug", "no-scheduler-step"),
     "step_double": ("--steps", "8", "--bug", "double-scheduler-step"),
     "cosine_no_step": ("--scheduler", "cosine", "--steps", "6", "--bug", "no-scheduler-step"),
+    # nanoGPT's schedule: warm-up, cosine decay, then min_lr for good; the references never reach it.
+    "warmup_ref": ("--scheduler", "warmup-cosine", "--steps", "14"),
+    "warmup_ref2": ("--scheduler", "warmup-cosine", "--steps", "12", "--seed", "1"),
+    "warmup_flat": ("--scheduler", "warmup-cosine", "--steps", "14", "--seed", "3", "--decay-steps", "6"),
+    "warmup_no_step": ("--scheduler", "warmup-cosine", "--steps", "8", "--bug", "no-scheduler-step"),
 }
 SPARSE_RUNS = {
     "sparse_step_clean": ("--steps", "15", "--seed", "7", "--batch", "8"),
@@ -134,6 +139,18 @@ def test_forgotten_scheduler_step_is_caught_at_the_first_due_change(runs):
     assert violations[0]["message"].endswith("lr stayed 0.1 at step 3, where a change was expected")
     cosine = _only(_infer(runs, "cosine_ref"))
     assert [v["step"] for v in _violations(cosine, runs["cosine_no_step"])] == [1, 2, 3, 4, 5]
+
+
+def test_a_schedule_settled_at_its_floor_is_not_judged_and_a_forgotten_step_still_is(runs):
+    every_step = _only(_infer(runs, "warmup_ref", "warmup_ref2"))
+    assert every_step.subject["period"] == 1
+    flat = runs["warmup_flat"]
+    assert flat.lrs[6:] == [flat.lrs[6]] * 8 and flat.lrs[6] < flat.lrs[5]  # the clean run's floor
+    assert _violations(every_step, flat) == []
+    examples = stream.collect(pc, [flat.path])[pc.invariant_key(every_step)]
+    held = [e.step for e in examples if pc.outside(every_step, e) == pc.HELD_AT_BOUND]
+    assert held == list(range(7, 14))  # counted as not covered, with the reason
+    assert [v["step"] for v in _violations(every_step, runs["warmup_no_step"])] == list(range(1, 8))
 
 
 def test_double_scheduler_step_is_caught_at_the_first_early_change(runs):

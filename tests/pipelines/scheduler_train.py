@@ -3,6 +3,7 @@ periodic-change tests need."""
 
 import argparse
 import json
+import math
 
 import torch
 from torch import nn
@@ -24,8 +25,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--scheduler", choices=["step", "cosine", "none"], default="step")
+    parser.add_argument("--scheduler", choices=["step", "cosine", "warmup-cosine", "none"],
+                        default="step")
     parser.add_argument("--step-size", type=int, default=3, help="StepLR: optimizer steps per decay")
+    parser.add_argument("--warmup", type=int, default=2, help="warmup-cosine: steps of linear warmup")
+    parser.add_argument("--decay-steps", type=int, default=40, help="warmup-cosine: steps until min_lr")
+    parser.add_argument("--min-lr-ratio", type=float, default=0.1, help="warmup-cosine: min_lr / lr")
     parser.add_argument("--bug", choices=["none", "no-scheduler-step", "double-scheduler-step"], default="none")
     args = parser.parse_args()
 
@@ -36,6 +41,16 @@ def main() -> None:
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=args.step_size, gamma=0.5)
     elif args.scheduler == "cosine":
         scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(args.steps, 1))
+    elif args.scheduler == "warmup-cosine":  # as nanoGPT's get_lr: warmup, cosine, then min_lr for good
+        def factor(it: int) -> float:
+            if it < args.warmup:
+                return (it + 1) / (args.warmup + 1)
+            if it > args.decay_steps:
+                return args.min_lr_ratio
+            ratio = (it - args.warmup) / max(1, args.decay_steps - args.warmup)
+            return args.min_lr_ratio + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (1 - args.min_lr_ratio)
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     else:
         scheduler = None
     # The bug: how many times the scheduler is stepped per optimizer step (0: forgotten).

@@ -11,6 +11,12 @@ several steps. A hypothesis "changes exactly at the steps s with s = offset (mod
 c >= 2 the value may have changed and come back (warm restarts, cycles), so the pair is not
 judged. The period and offset are learned from changes seen between adjacent steps (b = a + 1):
 the gcd of their distances, then checked against every pair of every reference.
+A schedule may settle for good at a bound it was heading for (nanoGPT's cosine decay reaches
+``min_lr`` and stays there; a warm-up may end on a plateau), at a step the references never
+reached. So an attribute that stays where a change was expected, at the lowest value this run
+has held after a decrease (the highest after an increase), is not judged: it is *held at a
+bound*, not covered. An lr that never changes at all in the run is still judged from its first
+pair.
 An attribute that never changes in any reference, over at least ``MIN_CONSTANT_STEPS`` recorded
 steps, gets the degenerate form, period 0: it stays constant across steps (a hyper-parameter
 such as ``momentum`` or ``weight_decay`` that nothing should touch while training runs). Its
@@ -58,6 +64,7 @@ class ChangeExample(NamedTuple):
     after: float
     trace: str
     features: tuple[tuple[str, Any], ...]
+    at_bound: bool = False  # unchanged at the extreme this run's last change headed for
 
     feature_map = FeatureExample.feature_map
 
@@ -93,11 +100,18 @@ class Collector(StreamCollector):
         super().__init__(source)
         self.latest: dict[Key, tuple[int, float, str]] = {}  # last record of the newest step seen
         self.settled: dict[Key, tuple[int, float]] = {}  # value at the last complete step before it
+        self.trend: dict[Key, tuple[int, float, float]] = {}  # last change's sign, lowest, highest
 
     def _pair(self, key: Key, prev: tuple[int, float], cur: tuple[int, float, str]) -> ChangeExample:
         where, vtype, var, attribute = key
-        return ChangeExample(where, vtype, var, attribute, prev[0], cur[0], prev[1], cur[1], self.source.label,
-                             (("phase", cur[2]),))
+        before, after = prev[1], cur[1]
+        direction, low, high = self.trend.get(key, (0, before, before))
+        at_bound = after == before and ((direction < 0 and after <= low) or (direction > 0 and after >= high))
+        if after != before:
+            direction = 1 if after > before else -1
+        self.trend[key] = (direction, min(low, after), max(high, after))
+        return ChangeExample(where, vtype, var, attribute, prev[0], cur[0], before, after, self.source.label,
+                             (("phase", cur[2]),), at_bound)
 
     def feed(self, record: dict[str, Any]) -> list[ChangeExample]:
         if record.get("kind") != KIND_STATE:
@@ -150,7 +164,7 @@ def finalize(groups: dict[Key, list[ChangeExample]]) -> dict[Key, list[ChangeExa
 def _judge(example: ChangeExample, period: int, offset: int) -> bool | None:
     """True when the pair agrees with the hypothesis, False when not, None when it cannot tell."""
     count = expected_changes(example.prev_step, example.step, period, offset)
-    if count >= 2:
+    if count >= 2 or (count == 1 and example.at_bound):
         return None
     return example.changed == (count == 1)
 
@@ -211,6 +225,17 @@ def infer(groups: dict[Key, list[ChangeExample]], sources: tuple[str, ...]) -> l
             sources=sources,
         ))
     return invariants
+
+
+HELD_AT_BOUND = "held at the bound its schedule reached"
+
+
+def outside(invariant: Invariant, e: ChangeExample) -> str | None:
+    """A change expected of a value that settled where this run's schedule was heading."""
+    s = invariant.subject
+    if e.at_bound and expected_changes(e.prev_step, e.step, s["period"], s["offset"]) == 1:
+        return HELD_AT_BOUND
+    return None
 
 
 def violates(invariant: Invariant, e: ChangeExample) -> bool:
