@@ -136,9 +136,47 @@ def test_inference_progress_bar(runs, tmp_path):
         assert proc.returncode == 0, proc.stderr
         return proc.stderr
 
-    shown = infer("--progress").split()  # text mode reads the bar's carriage returns as newlines
+    # Text mode reads the bar's carriage returns as newlines; what infer could not learn follows.
+    shown = infer("--progress").split("[traincheck]")[0].split()
     assert "[" + "#" * 30 + "]" in shown and shown[-3:] == ["100%", "reading", "traces"]
-    assert infer() == ""  # not a terminal, not asked for
+    assert "#" not in infer() and "\r" not in infer()  # not a terminal, not asked for
+
+
+MANUAL_UPDATE_LOOP = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+x, y = torch.randn(16, 6), torch.randn(16, 1)
+for _ in range(6):
+    model.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(p.grad, alpha=-0.05)  # updated by hand: no torch.optim
+"""
+
+
+def test_cli_infer_says_what_it_could_not_learn_and_why(runs, tmp_path):
+    script = tmp_path / "manual.py"
+    script.write_text(MANUAL_UPDATE_LOOP)
+    trace = tmp_path / "manual"
+    assert run_python([str(script)], agent_env("collect", trace)).returncode == 0
+
+    def infer(path):
+        cmd = [sys.executable, "-m", "traincheck_agent", "infer", str(path), "-o", str(tmp_path / "i.json")]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stderr.splitlines()
+
+    manual = infer(trace)
+    [short] = [line for line in manual if "warning" in line]
+    assert "shows 1 training step(s)" in short and "optimizer.step" in short
+    assert "[traincheck] CrossRankConsistent: nothing learned; no examples: it needs state snapshots of two or " \
+           "more ranks" in manual
+    assert any(line.startswith("[traincheck] StateTransition: nothing learned;") for line in manual), manual
+    reference = infer(runs["reference"])
+    assert not [line for line in reference if "warning" in line]
+    assert not any(line.startswith("[traincheck] StateTransition:") for line in reference), reference
 
 
 @pytest.mark.parametrize(("content", "problem"), [

@@ -77,7 +77,7 @@ def _readable_traces(paths: list[str]) -> tuple[list[Path], list[Path]]:
 
 def run_infer(args: argparse.Namespace) -> int:
     from traincheck_agent.cli.progress import ProgressBar
-    from traincheck_agent.inference.engine import infer_invariants
+    from traincheck_agent.inference.engine import InferenceFacts, infer_invariants
     from traincheck_agent.inference.invariant import write_invariants
 
     started = time.perf_counter()
@@ -90,9 +90,10 @@ def run_infer(args: argparse.Namespace) -> int:
     if not readable:
         return fail(f"no {'readable ' if found else ''}trace files under {' '.join(args.paths)}")
     bar = ProgressBar("inferring", enabled=args.progress)
+    facts = InferenceFacts()
     try:
         invariants, files = infer_invariants(readable, lambda done, total: bar.update(done, total, "reading traces"),
-                                             ranks=args.ranks)
+                                             ranks=args.ranks, facts=facts)
     except (FileNotFoundError, TraceFormatError) as exc:
         return fail(str(exc))
     except OSError as exc:
@@ -107,9 +108,22 @@ def run_infer(args: argparse.Namespace) -> int:
     except OSError as exc:
         return fail(f"{args.output}: cannot write the invariants file: {exc.strerror or exc}")
     took = time.perf_counter() - started
+    _tell_what_was_missing(facts)
     write_line(sys.stdout, f"{len(invariants)} invariants from {len(files)} trace file(s) "
                f"in {took:.2f} s -> {args.output}")
     return 0
+
+
+def _tell_what_was_missing(facts: Any) -> None:
+    """On stderr: traces too short to learn about steps from, and the relations that learned
+    nothing, each with why (``InferenceFacts``)."""
+    from traincheck_agent.messages import say, warn
+
+    for label, steps in facts.short_traces().items():
+        warn(f"{label} shows {steps} training step(s); invariants about steps need at least 2 "
+             "(a step ends at optimizer.step: does the loop call an optimizer, and run long enough?)")
+    for relation, why in facts.nothing_learned():
+        say(f"{relation}: nothing learned; {why}")
 
 
 def run_show(args: argparse.Namespace) -> int:

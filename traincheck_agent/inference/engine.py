@@ -10,16 +10,69 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from traincheck_agent.inference import relations
 from traincheck_agent.inference.coverage import Coverage
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.stream import check, collect_all
+from traincheck_agent.inference.stream import Collector, check, collect_all
 from traincheck_agent.trace.reader import TraceFile, find_trace_files, reading_session
+from traincheck_agent.trace.schema import KIND_CALL, KIND_STATE
 
 RELATIONS = tuple(relations.load())
+
+
+class _StepCounter(Collector):
+    """The training steps one trace shows: its one example is (trace label, step count)."""
+
+    def __init__(self, source: Any) -> None:
+        super().__init__(source)
+        self.last = -1
+
+    def feed(self, record: dict[str, Any]) -> tuple[()]:
+        step = record.get("step")
+        if isinstance(step, int) and step > self.last:
+            self.last = step
+        return ()
+
+    def finish(self) -> list[tuple[str, int]]:
+        return [(self.source.label, self.last + 1)]
+
+
+# Read along with the relations, in the same pass over each trace.
+STEP_COUNT = SimpleNamespace(RELATION="steps shown", READS=(KIND_CALL, KIND_STATE), Collector=_StepCounter,
+                             key_of=lambda example: example[0])
+
+
+@dataclass
+class InferenceFacts:
+    """What inference saw besides its invariants: the training steps of each trace (by file
+    name), and each relation's examples and invariants, so that the user can be told why a
+    relation learned nothing."""
+
+    steps: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, int] = field(default_factory=dict)
+    learned: dict[str, int] = field(default_factory=dict)
+
+    def short_traces(self, fewest: int = 2) -> dict[str, int]:
+        """The traces that show fewer than ``fewest`` training steps."""
+        return {label: n for label, n in sorted(self.steps.items()) if n < fewest}
+
+    def nothing_learned(self) -> list[tuple[str, str]]:
+        """(relation, why) for each relation that found no invariant, in inference order."""
+        out = []
+        for relation in RELATIONS:
+            name = relation.RELATION
+            if self.learned.get(name, 0):
+                continue
+            seen = self.examples.get(name, 0)
+            why = (f"no examples: it needs {relation.LEARNS_FROM}" if seen == 0 else
+                   f"{seen} examples, but no hypothesis held in every reference with enough support")
+            out.append((name, why))
+        return out
 
 
 # Called with (bytes read so far, bytes to read in all).
@@ -45,19 +98,29 @@ def _reading(files: list[Path], progress: Progress | None) -> Iterator[None]:
 
 
 def infer_invariants(paths: Iterable[str | Path], progress: Progress | None = None,
-                     ranks: Collection[int] | None = None) -> tuple[list[Invariant], list[Path]]:
+                     ranks: Collection[int] | None = None, facts: InferenceFacts | None = None
+                     ) -> tuple[list[Invariant], list[Path]]:
     """The invariants that hold in every trace under ``paths``, and the trace files read;
-    ``ranks``: only the traces of those ranks (cross-rank invariants are learned among them)."""
+    ``ranks``: only the traces of those ranks (cross-rank invariants are learned among them);
+    ``facts``, when given, is filled with what else inference saw."""
     files = find_trace_files(paths)
     if ranks is not None:
         wanted = set(ranks)
         files = [f for f in files if TraceFile(f).header.get("rank") in wanted]
     sources = tuple(sorted(p.name for p in files))
+    readers = RELATIONS if facts is None else (*RELATIONS, STEP_COUNT)
     with _reading(files, progress):
-        examples = collect_all(RELATIONS, files)
+        examples = collect_all(readers, files)
     invariants: list[Invariant] = []
     for relation in RELATIONS:
-        invariants += relation.infer(examples[relation.RELATION], sources)
+        if facts is not None:
+            facts.examples[relation.RELATION] = sum(map(len, examples[relation.RELATION].values()))
+        found = relation.infer(examples[relation.RELATION], sources)
+        invariants += found
+        if facts is not None:
+            facts.learned[relation.RELATION] = len(found)
+    if facts is not None:
+        facts.steps = {label: counts[0][1] for label, counts in examples[STEP_COUNT.RELATION].items()}
     return sorted(invariants, key=lambda i: i.id), files
 
 

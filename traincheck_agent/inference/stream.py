@@ -3,7 +3,8 @@ offline checks and the online checker in the training process share one code pat
 
 A relation module provides:
 
-* ``RELATION``: its name;
+* ``RELATION``: its name; ``LEARNS_FROM``: what its examples come from, in a few words (the
+  user is told when a relation found nothing to learn);
 * ``READS``: the record kinds (``trace.schema``) its collector reads; records of other kinds
   are never fed to it;
 * ``Collector(source)``: the per-trace (per-process) state machine; ``feed(record)`` returns

@@ -38,6 +38,7 @@ from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "APISequence"
+LEARNS_FROM = "API calls in two or more training steps"  # what its examples come from: said when it learns nothing
 READS = (KIND_CALL,)  # the record kinds its collector reads
 MIN_INTERVALS = 5
 MIN_LEADS = 2

@@ -34,6 +34,7 @@ from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "AutocastRegion"
+LEARNS_FROM = "module calls in steps that run under autocast"  # what its examples come from: said when it learns nothing
 READS = (KIND_CALL,)  # the record kinds its collector reads
 MIN_PASSING = 3
 MIN_STEPS = 3

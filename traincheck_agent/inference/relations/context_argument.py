@@ -36,6 +36,7 @@ from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "ContextArgument"
+LEARNS_FROM = "mode flags (training=, ...) passed to APIs in both phases"  # what its examples come from: said when it learns nothing
 READS = (KIND_CALL,)  # the record kinds its collector reads
 MIN_PASSING = 5
 MIN_STEPS = 2

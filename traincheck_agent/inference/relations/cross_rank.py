@@ -57,6 +57,7 @@ from traincheck_agent.trace.groups import WORLD, describe_family
 from traincheck_agent.trace.schema import KIND_GROUPS, KIND_STATE
 
 RELATION = "CrossRankConsistent"
+LEARNS_FROM = "state snapshots of two or more ranks"  # what its examples come from: said when it learns nothing
 READS = (KIND_STATE, KIND_GROUPS)  # the record kinds its collector reads
 # A backward inside DDP's no_sync keeps its grads local: when the references never had one, the
 # invariant is scoped to synchronised backwards and says nothing about the others.

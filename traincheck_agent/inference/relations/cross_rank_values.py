@@ -45,6 +45,7 @@ from traincheck_agent.trace.groups import WORLD, describe_family
 from traincheck_agent.trace.schema import KIND_CALL, KIND_GROUPS
 
 RELATION = "CrossRankValue"
+LEARNS_FROM = "tensors passed to or returned by the same call on two or more ranks"  # what its examples come from: said when it learns nothing
 READS = (KIND_CALL, KIND_GROUPS)  # the record kinds its collector reads
 MIN_PASSING = 5
 MIN_STEPS = 2

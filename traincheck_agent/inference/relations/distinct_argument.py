@@ -38,6 +38,7 @@ from traincheck_agent.trace.initialisers import is_initialiser
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "DistinctArgument"
+LEARNS_FROM = "calls of an API that receive parameters, such as initialisers"  # what its examples come from: said when it learns nothing
 READS = (KIND_CALL,)  # the record kinds its collector reads
 MIN_PASSING = 5
 MIN_DISTINCT = 5

@@ -33,6 +33,7 @@ from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "EventContain"
+LEARNS_FROM = "calls of an API that make calls of others inside them"  # what its examples come from: said when it learns nothing
 READS = (KIND_CALL,)  # the record kinds its collector reads
 SCOPE_FEATURES = ("accumulating",)
 # The context an invariant is judged in (see ``preconditions.domain_of``).

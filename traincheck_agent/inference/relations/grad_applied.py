@@ -53,6 +53,7 @@ from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_CALL, KIND_STATE
 
 RELATION = "GradApplied"
+LEARNS_FROM = "optimizer steps with the parameters and grads snapshotted around them"  # what its examples come from: said when it learns nothing
 READS = (KIND_STATE, KIND_CALL)  # the record kinds its collector reads
 MIN_PASSING = 5
 MIN_STEPS = 2

@@ -32,6 +32,7 @@ from traincheck_agent.inference.stream import api_filter
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "ConsistentOutput"
+LEARNS_FROM = "API calls that return tensors"  # what its examples come from: said when it learns nothing
 READS = (KIND_CALL,)  # the record kinds its collector reads
 record_filter = api_filter  # checking: each example is one call of the invariant's API
 MIN_PASSING = 5

@@ -42,6 +42,7 @@ from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_STATE
 
 RELATION = "VarPeriodicChange"
+LEARNS_FROM = "numeric state (such as the lr) recorded over several steps"  # what its examples come from: said when it learns nothing
 READS = (KIND_STATE,)  # the record kinds its collector reads
 MIN_CHANGES = 3  # changes a hypothesis must have seen, over all references
 MIN_CONSTANT_STEPS = 5  # recorded steps a constant must have been seen over

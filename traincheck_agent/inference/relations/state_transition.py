@@ -35,6 +35,7 @@ from traincheck_agent.inference.preconditions import (
 from traincheck_agent.trace.schema import KIND_STATE
 
 RELATION = "StateTransition"
+LEARNS_FROM = "state snapshots around the calls that change it (optimizer.step, backward, zero_grad)"  # what its examples come from: said when it learns nothing
 READS = (KIND_STATE,)  # the record kinds its collector reads
 MIN_PASSING = 5
 MIN_STEPS = 2

@@ -36,6 +36,7 @@ from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "Threshold"
+LEARNS_FROM = "API calls with a numeric argument and a tensor output"  # what its examples come from: said when it learns nothing
 READS = (KIND_CALL,)  # the record kinds its collector reads
 MIN_CALLS = 5
 MIN_BOUND_VALUES = 3

@@ -22,6 +22,7 @@ from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_STATE
 
 RELATION = "UpdateMode"
+LEARNS_FROM = "optimizer steps with the mode of the model they update recorded"  # what its examples come from: said when it learns nothing
 READS = (KIND_STATE,)  # the record kinds its collector reads
 EVENT = "optimizer.step"
 POINT = f"before:{EVENT}"
