@@ -23,6 +23,7 @@ MAX_FRAMES = 12
 # (``self.module`` inside DeepSpeed's engine) are never the user's names for a model.
 FRAMEWORKS = ("deepspeed", "accelerate", "transformers", "lightning", "pytorch_lightning")
 _skip: dict[tuple[str, ...], tuple[str, ...]] = {}
+_NOT_NAMES = frozenset({"self", "cls"})  # what a method calls its instance is nobody's name for it
 
 
 def _package_dir(module: object) -> str:
@@ -56,13 +57,17 @@ def first_user_frame(depth: int = 1) -> FrameType | None:
 
 def binding_name(obj: object, frame: FrameType | None) -> str | None:
     """The name bound to ``obj`` in ``frame`` or its callers (locals, ``self`` attributes,
-    globals), or None."""
+    globals), or None.
+
+    ``self`` is never a name: a model that builds its own optimizer (nanoGPT's
+    ``model.configure_optimizers``) is named as its caller holds it, ``model``, as in a script
+    that builds the optimizer itself."""
     for _ in range(MAX_FRAMES):
         if frame is None:
             return None
         local_vars = frame.f_locals
         for name, value in local_vars.items():
-            if value is obj and not name.startswith("_"):
+            if value is obj and not name.startswith("_") and name not in _NOT_NAMES:
                 return name
         owner = local_vars.get("self")
         if owner is not None:
