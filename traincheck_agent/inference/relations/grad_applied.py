@@ -19,6 +19,12 @@ trace. An unapplied grad is judged once the next iteration's own work (a ``zero_
 backward) begins: a second optimizer that steps after the clock's (the clock counts its step in
 the next iteration, before that work) applies it there.
 
+The same examples say whether the grad reached the step: a second invariant, "every parameter
+that backward gives a non-zero grad reaches optimizer.step with a non-zero grad", catches what
+zeroes grads between the two (``clip_grad_norm_`` with ``max_norm=0``, a stray ``zero_grad``)
+while momentum or weight decay still move the parameters. An example whose grad at the step is
+not held there (None, a ZeRO partition) or has no fingerprint says nothing about it.
+
 Each example also carries ``steps``, the optimizer step APIs of its iteration (read from the
 step calls' records): an optimizer whose rule may skip an update (Rprop, on a change of the
 grad's sign) is scoped apart by a precondition instead of costing every other optimizer the
@@ -33,7 +39,9 @@ from typing import Any, NamedTuple
 from traincheck_agent.inference.examples import (
     DESCRIPTIVE_ATTRS,
     NO_FINGERPRINT,
+    NONE,
     NONZERO,
+    ZERO,
     LearningRates,
     unfingerprinted,
     update_negligible,
@@ -61,7 +69,12 @@ KEY = "params"  # one group: every parameter of every model
 GRAD_POINT, BEFORE_STEP, AFTER_STEP = "after:backward", "before:optimizer.step", "after:optimizer.step"
 POINTS = frozenset({GRAD_POINT, BEFORE_STEP, AFTER_STEP})
 DOMAIN_FIELDS = ("vtype", "phase", *DESCRIPTIVE_ATTRS)
-DESCRIPTION = "every parameter that backward gives a non-zero grad is changed by an optimizer step in the same iteration"
+APPLIED, ARRIVED = "applies_every_grad", "receives_every_grad"  # the two effects
+DESCRIPTIONS = {
+    APPLIED: "every parameter that backward gives a non-zero grad is changed by an optimizer step in the same "
+             "iteration",
+    ARRIVED: "every parameter that backward gives a non-zero grad reaches optimizer.step with a non-zero grad",
+}
 
 
 class AppliedExample(NamedTuple):
@@ -72,6 +85,9 @@ class AppliedExample(NamedTuple):
     features: tuple[tuple[str, Any], ...]
     # The grad and the step's data were fingerprinted: whether the step applied it is known.
     fingerprinted: bool = True
+    # Whether the grad was still non-zero when a step of the iteration received it (None: no
+    # step snapshot held it, or without a fingerprint).
+    arrived: bool | None = None
 
     feature_map = FeatureExample.feature_map
 
@@ -91,6 +107,7 @@ class Collector(StreamCollector):
         self.applied: set[str] = set()  # parameters a step of this iteration changed
         self.unchanged: dict[str, tuple[Any, dict[str, Any]]] = {}  # the others: step call, attrs before
         self.unknown: set[str] = set()  # parameters whose grad or data has no fingerprint
+        self.arrived: dict[str, bool] = {}  # parameters with a grad: whether a step received it non-zero
         self.call_lr: dict[Any, float] = {}  # the smallest learning rate of each step call
         self.stepped = False  # some optimizer step ran in this iteration
         self.stepped_by: set[str] = set()  # the optimizers that did (their param groups' owners)
@@ -134,6 +151,11 @@ class Collector(StreamCollector):
         elif where == BEFORE_STEP:
             self.pending[(record.get("call"), var)] = attrs
             self.step_calls.add(record.get("call"))
+            grad = attrs.get("grad")
+            if var in self.grads and var not in self.arrived and not unfingerprinted(grad):
+                received = value_class(grad)
+                if received != NONE:
+                    self.arrived[var] = received != ZERO
         elif where == AFTER_STEP:
             lr = self.rates.observe(record)
             if lr is not None:
@@ -173,7 +195,7 @@ class Collector(StreamCollector):
             steps = ("steps", "+".join(sorted(self.step_apis)))
             for var, features in self.grads.items():
                 example = AppliedExample(var, self.step, label, var in applied, tuple(sorted((*features, steps))),
-                                         var not in self.unknown)
+                                         var not in self.unknown, self.arrived.get(var))
                 if example.applied or not example.fingerprinted:
                     out.append(example)
                 else:
@@ -181,6 +203,7 @@ class Collector(StreamCollector):
             self.previous_by = self.stepped_by
         self.grads, self.applied, self.unchanged, self.stepped, self.stepped_by = {}, set(), {}, False, set()
         self.unknown = set()
+        self.arrived = {}
         self.pending.clear()
         self.call_lr.clear()
         self.step_calls.clear()
@@ -196,28 +219,37 @@ def invariant_key(invariant: Invariant) -> str:
     return KEY
 
 
+def _verdict(effect: str, e: AppliedExample) -> bool | None:
+    """Whether the example shows the effect; None when it cannot tell."""
+    if not e.fingerprinted:
+        return None
+    return e.applied if effect == APPLIED else e.arrived
+
+
 def infer(groups: dict[str, list[AppliedExample]], sources: tuple[str, ...]) -> list[Invariant]:
-    group = [e for e in groups.get(KEY, []) if e.fingerprinted]
-    passing = [e for e in group if e.applied]
-    if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
-        return []
-    features = [e.feature_map() for e in passing]
     invariants = []
-    for scope in deduce_scopes(features, [e.feature_map() for e in group if not e.applied],
-                               [e.trace for e in passing]):
-        kept = [passing[i] for i in scope.passing]
-        if not enough_support([e.step for e in kept], MIN_PASSING, MIN_STEPS):
+    for effect, description in DESCRIPTIONS.items():
+        group = [e for e in groups.get(KEY, []) if _verdict(effect, e) is not None]
+        passing = [e for e in group if _verdict(effect, e)]
+        if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
             continue
-        invariants.append(Invariant(
-            relation=RELATION,
-            subject={"event": "optimizer.step", "attribute": "data", "effect": "applies_every_grad"},
-            precondition=tuple(scope.precondition),
-            support={"passing": len(kept), "excluded": len(group) - len(kept),
-                     "steps": len({e.step for e in kept}), "variables": len({e.var for e in kept})},
-            description=with_condition(DESCRIPTION, scope.precondition),
-            sources=sources,
-            domain=domain_of([features[i] for i in scope.passing], DOMAIN_FIELDS),
-        ))
+        features = [e.feature_map() for e in passing]
+        for scope in deduce_scopes(features, [e.feature_map() for e in group if not _verdict(effect, e)],
+                                   [e.trace for e in passing]):
+            kept = [passing[i] for i in scope.passing]
+            if not enough_support([e.step for e in kept], MIN_PASSING, MIN_STEPS):
+                continue
+            invariants.append(Invariant(
+                relation=RELATION,
+                subject={"event": "optimizer.step", "attribute": "data" if effect == APPLIED else "grad",
+                         "effect": effect},
+                precondition=tuple(scope.precondition),
+                support={"passing": len(kept), "excluded": len(group) - len(kept),
+                         "steps": len({e.step for e in kept}), "variables": len({e.var for e in kept})},
+                description=with_condition(description, scope.precondition),
+                sources=sources,
+                domain=domain_of([features[i] for i in scope.passing], DOMAIN_FIELDS),
+            ))
     return invariants
 
 
@@ -227,10 +259,15 @@ def outside(invariant: Invariant, e: AppliedExample) -> str | None:
 
 
 def violates(invariant: Invariant, e: AppliedExample) -> bool:
-    return e.fingerprinted and not e.applied and holds_all(invariant.precondition, e.feature_map())
+    return (_verdict(invariant.subject.get("effect", APPLIED), e) is False
+            and holds_all(invariant.precondition, e.feature_map()))
 
 
 def violation(invariant: Invariant, ex: AppliedExample) -> dict[str, Any]:
-    return {"step": ex.step, "variable": ex.var, "trace": ex.trace,
-            "message": f"{invariant.description}: {ex.var} had a non-zero grad at step {ex.step} that no optimizer "
-                       f"step applied (is it in an optimizer's param groups?)"}
+    if invariant.subject.get("effect") == ARRIVED:
+        why = (f"{ex.var} had a non-zero grad after backward at step {ex.step}, and the optimizer step received it "
+               "zero (clipped with max_norm=0, or cleared between backward and the step?)")
+    else:
+        why = (f"{ex.var} had a non-zero grad at step {ex.step} that no optimizer step applied (is it in an "
+               "optimizer's param groups?)")
+    return {"step": ex.step, "variable": ex.var, "trace": ex.trace, "message": f"{invariant.description}: {why}"}

@@ -1,0 +1,86 @@
+"""What real training scripts get wrong, on a nanoGPT-style loop (``pipelines/gpt_train.py``):
+the model builds its own AdamW, the lr is set by hand (warm-up, cosine, then ``min_lr`` for
+good), grads are clipped, and the model is evaluated every few iterations. Each bug is one line
+deep, as in a real script; each must be caught at the first step it affects with the cause on
+top, while clean variants (a schedule that reaches its floor within the run) stay quiet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import PIPELINES, agent_env, run_parallel
+
+from traincheck_agent.check.triage import triage
+from traincheck_agent.check.violations import violation_record
+from traincheck_agent.inference.engine import check_offline, infer_invariants
+from traincheck_agent.inference.invariant import Invariant
+
+GPT = str(PIPELINES / "gpt_train.py")
+RUNS = {
+    "ref": ["--steps", "12"],
+    "ref2": ["--steps", "10", "--seed", "1", "--eval-every", "3"],
+    # min_lr from iteration 6 on: the references never reached their floor
+    "clean_floor": ["--steps", "12", "--seed", "3", "--decay-iters", "6"],
+    "clean_other": ["--steps", "9", "--seed", "4", "--batch", "4", "--lr", "1e-3", "--min-lr", "1e-4"],
+    "clip_zero": ["--steps", "9", "--seed", "2", "--bug", "clip-zero", "--bug-from", "5"],
+    "stuck_in_eval": ["--steps", "9", "--seed", "2", "--bug", "stuck-in-eval"],
+    "over_blocks": ["--steps", "6", "--seed", "2", "--bug", "optimizer-over-blocks"],
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("gpt")
+    outs = {name: root / name for name in RUNS}
+    names = list(RUNS)
+    for batch in (names[:4], names[4:]):
+        procs = run_parallel(*(([GPT, *RUNS[name]], agent_env("collect", outs[name], OMP_NUM_THREADS="1"))
+                               for name in batch), timeout=300)
+        for name, proc in zip(batch, procs, strict=True):
+            assert proc.returncode == 0, f"{name}: {proc.stderr[-2000:]}"
+    return outs
+
+
+@pytest.fixture(scope="module")
+def invariants(runs) -> list[Invariant]:
+    found, _ = infer_invariants([runs["ref"], runs["ref2"]])
+    return found
+
+
+def _top(invariants: list[Invariant], trace: Path):
+    by_id = {inv.id: inv for inv in invariants}
+    violations = check_offline(invariants, [trace])
+    records = [violation_record(v, by_id.get(v["invariant"]), rank=0, run_id=None) for v in violations]
+    groups = triage(records, by_id)
+    return violations, groups[0] if groups else None
+
+
+@pytest.mark.parametrize("clean", ["clean_floor", "clean_other"])
+def test_clean_variants_stay_quiet(runs, invariants, clean):
+    assert check_offline(invariants, [runs[clean]]) == []
+
+
+def test_clipping_to_zero_is_caught_at_its_first_step(runs, invariants):
+    violations, top = _top(invariants, runs["clip_zero"])
+    assert min(v["step"] for v in violations) == 5
+    assert top.relation == "GradApplied" and top.first_step == 5
+    assert "reaches optimizer.step with a non-zero grad" in top.expected
+    assert top.variables and all(name.startswith("model.") for name in top.variables)
+    clipped = {v["variable"] for v in violations if v["relation"] == "GradApplied"}
+    assert {"model.transformer.wte.weight", "model.lm_head.weight"} <= clipped
+
+
+def test_training_stuck_in_eval_mode_is_caught_at_the_first_step_it_takes(runs, invariants):
+    violations, top = _top(invariants, runs["stuck_in_eval"])
+    assert min(v["step"] for v in violations) == 4
+    assert top.relation == "UpdateMode" and top.first_step == 4
+
+
+def test_an_optimizer_over_the_blocks_only_is_caught_at_the_first_step(runs, invariants):
+    violations, top = _top(invariants, runs["over_blocks"])
+    assert min(v["step"] for v in violations) == 0
+    assert top.relation == "GradApplied" and top.first_step == 0
+    unapplied = {v["variable"] for v in violations if v["relation"] == "GradApplied"}
+    assert {"model.transformer.wte.weight", "model.transformer.wpe.weight", "model.lm_head.weight"} <= unapplied
+    assert not any(name.startswith("model.transformer.h.") for name in unapplied)  # the optimizer's own
