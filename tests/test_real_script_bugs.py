@@ -84,3 +84,30 @@ def test_an_optimizer_over_the_blocks_only_is_caught_at_the_first_step(runs, inv
     unapplied = {v["variable"] for v in violations if v["relation"] == "GradApplied"}
     assert {"model.transformer.wte.weight", "model.transformer.wpe.weight", "model.lm_head.weight"} <= unapplied
     assert not any(name.startswith("model.transformer.h.") for name in unapplied)  # the optimizer's own
+
+
+HF = str(PIPELINES / "hf_trainer_train.py")
+
+
+def test_hf_trainer_with_an_optimizer_over_the_blocks_only(tmp_path):
+    """The HF Trainer, unchanged, on a GPT-2 built from a config: a custom optimizer over the
+    transformer blocks leaves the embeddings' and the final norm's grads unapplied from step 0,
+    while a clean run with another seed and lr stays quiet."""
+    runs = {"ref": ["--steps", "8"], "ref2": ["--steps", "6", "--seed", "1"],
+            "clean": ["--steps", "6", "--seed", "3", "--lr", "5e-4"],
+            "bug": ["--steps", "5", "--seed", "2", "--bug", "optimizer-over-blocks"]}
+    outs = {name: tmp_path / name for name in runs}
+    for batch in (["ref", "ref2"], ["clean", "bug"]):
+        procs = run_parallel(*(([HF, *runs[name], "--out", str(tmp_path / f"{name}-trainer")],
+                                agent_env("collect", outs[name], OMP_NUM_THREADS="1")) for name in batch),
+                             timeout=300)
+        for name, proc in zip(batch, procs, strict=True):
+            assert proc.returncode == 0, f"{name}: {proc.stderr[-2000:]}"
+    invariants, _ = infer_invariants([outs["ref"], outs["ref2"]])
+    assert check_offline(invariants, [outs["clean"]]) == []
+    violations, top = _top(invariants, outs["bug"])
+    assert min(v["step"] for v in violations) == 0
+    assert top.relation == "GradApplied" and top.first_step == 0
+    unapplied = {v["variable"] for v in violations if v["relation"] == "GradApplied"}
+    assert {"model.transformer.wte.weight", "model.transformer.ln_f.weight"} <= unapplied
+    assert not any(".transformer.h." in name for name in unapplied)
