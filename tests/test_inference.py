@@ -142,24 +142,23 @@ def test_inference_progress_bar(runs, tmp_path):
     assert "#" not in infer() and "\r" not in infer()  # not a terminal, not asked for
 
 
-MANUAL_UPDATE_LOOP = """
+ONE_STEP = """
 import torch
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
 x, y = torch.randn(16, 6), torch.randn(16, 1)
-for _ in range(6):
-    model.zero_grad()
-    torch.nn.functional.mse_loss(model(x), y).backward()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(p.grad, alpha=-0.05)  # updated by hand: no torch.optim
+model.zero_grad()
+torch.nn.functional.mse_loss(model(x), y).backward()
+with torch.no_grad():
+    for p in model.parameters():
+        p.add_(p.grad, alpha=-0.05)  # one update by hand, and no more
 """
 
 
 def test_cli_infer_says_what_it_could_not_learn_and_why(runs, tmp_path):
-    script = tmp_path / "manual.py"
-    script.write_text(MANUAL_UPDATE_LOOP)
-    trace = tmp_path / "manual"
+    script = tmp_path / "one_step.py"
+    script.write_text(ONE_STEP)
+    trace = tmp_path / "one_step"
     assert run_python([str(script)], agent_env("collect", trace)).returncode == 0
 
     def infer(path):

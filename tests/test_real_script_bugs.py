@@ -6,15 +6,16 @@ top, while clean variants (a schedule that reaches its floor within the run) sta
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, run_parallel
+from conftest import PIPELINES, agent_env, read_traces, run_parallel, run_python
 
 from traincheck_agent.check.triage import triage
 from traincheck_agent.check.violations import violation_record
 from traincheck_agent.inference.engine import check_offline, infer_invariants
-from traincheck_agent.inference.invariant import Invariant
+from traincheck_agent.inference.invariant import Invariant, write_invariants
 
 GPT = str(PIPELINES / "gpt_train.py")
 RUNS = {
@@ -111,3 +112,38 @@ def test_hf_trainer_with_an_optimizer_over_the_blocks_only(tmp_path):
     unapplied = {v["variable"] for v in violations if v["relation"] == "GradApplied"}
     assert {"model.transformer.wte.weight", "model.transformer.ln_f.weight"} <= unapplied
     assert not any(".transformer.h." in name for name in unapplied)
+
+
+MANUAL = str(PIPELINES / "manual_update_lm.py")
+
+
+def test_a_loop_without_an_optimizer_counts_its_steps_and_a_dropped_zero_grad_is_caught(tmp_path):
+    """word_language_model's default loop: no torch.optim, updates through ``.data``. Its steps
+    follow the updates by hand, so invariants about steps are learned, a dropped
+    ``model.zero_grad()`` is caught at the first step without it, and the summary says which
+    boundary the steps followed."""
+    runs = {"ref": ["--steps", "8"], "ref2": ["--steps", "6", "--seed", "1"],
+            "clean": ["--steps", "6", "--seed", "3", "--lr", "1.0"]}
+    outs = {name: tmp_path / name for name in runs}
+    procs = run_parallel(*(([MANUAL, *args], agent_env("collect", outs[name], OMP_NUM_THREADS="1"))
+                           for name, args in runs.items()), timeout=300)
+    assert all(proc.returncode == 0 for proc in procs), [proc.stderr[-2000:] for proc in procs]
+    [trace] = read_traces(outs["ref"])
+    assert sorted({c["step"] for c in trace.calls("torch.Tensor.backward")}) == list(range(8))
+    assert [c["step"] for c in trace.calls("torch.nn.Module.zero_grad")] == list(range(8))
+    notes = [r for r in trace.records if r.get("kind") == "note" and r.get("what") == "step_boundary"]
+    assert [n["boundary"] for n in notes] == ["manual_update"]
+
+    invariants, _ = infer_invariants([outs["ref"], outs["ref2"]])
+    assert check_offline(invariants, [outs["clean"]]) == []
+    inv = tmp_path / "inv.json"
+    write_invariants(invariants, inv, [])
+    bug = run_python([MANUAL, "--steps", "6", "--seed", "2", "--bug", "no-zero-grad"],
+                     agent_env("check", tmp_path / "bug", TRAINCHECK_INV=str(inv), OMP_NUM_THREADS="1"))
+    assert bug.returncode == 0, bug.stderr
+    [summary] = [line for line in bug.stderr.splitlines() if "check summary" in line]
+    assert "steps counted at parameter updates by hand (no optimizer stepped)" in summary
+    violations = [json.loads(line) for line in (tmp_path / "bug" / "violations-0.jsonl").read_text().splitlines()]
+    found = [v for v in violations if v.get("step") is not None and v.get("relation")]
+    assert found and min(v["step"] for v in found) == 1
+    assert "likely cause first" in summary and "from step 1" in summary

@@ -5,6 +5,14 @@
 optimizer that completes a step) finishes a step. The advance is applied when the outermost
 recorded call containing that step returns, so the step call itself and the state recorded
 around it belong to the iteration they finish.
+
+A loop that updates its parameters by hand (``p.data.add_(p.grad, alpha=-lr)``, no
+``torch.optim``) never steps an optimizer. Until one does, the clock watches for the boundary
+such a loop shows: a backward, then an in-place update of the model's parameters (their version
+counters moved, or, for an update through ``.data``, which no counter sees, the data of a
+parameter that had a grad), then the first piece of the next iteration's work (a ``zero_grad``, a training
+forward, a backward), which starts the next step. Gradient accumulation without an optimizer
+updates nothing between its backwards, so it keeps one step.
 """
 
 from __future__ import annotations
@@ -18,6 +26,10 @@ class TrainingClock:
         self.model_training = True
         self._clock_optimizer: int | None = None
         self._advance_pending = False
+        # Loops without an optimizer: what the parameters looked like when the last backward
+        # ended (None: no backward waits for its update), and whether steps were counted so.
+        self._versions_after_backward: object | None = None
+        self.counts_manual_updates = False
 
     @property
     def started(self) -> bool:
@@ -30,8 +42,40 @@ class TrainingClock:
     def optimizer_step_finished(self, optimizer: object) -> None:
         if self._clock_optimizer is None:
             self._clock_optimizer = id(optimizer)
+            self._versions_after_backward = None
         if id(optimizer) == self._clock_optimizer:
             self._advance_pending = True
+
+    @property
+    def watches_manual_updates(self) -> bool:
+        """No optimizer has stepped yet: the boundary may be an update by hand."""
+        return self._clock_optimizer is None
+
+    def backward_finished(self, versions: object) -> None:
+        """A backward ended (loops without an optimizer): remember what the parameters look like
+        (``versions``: anything that changes when they are updated)."""
+        if self._clock_optimizer is None:
+            self._versions_after_backward = versions
+
+    @property
+    def awaits_manual_update(self) -> bool:
+        return self._clock_optimizer is None and self._versions_after_backward is not None
+
+    def next_work_begins(self, versions: object) -> bool:
+        """The next iteration's work begins; if the parameters were updated in place since the
+        last backward, that backward's step is finished (the advance is pending). True then."""
+        if not self.awaits_manual_update or versions == self._versions_after_backward:
+            return False
+        self._versions_after_backward = None
+        self._advance_pending = True
+        self.counts_manual_updates = True
+        return True
+
+    def boundary_note(self) -> str:
+        """The step boundary, in words, where it is not the optimizer's step; else ""."""
+        if self.counts_manual_updates and self._clock_optimizer is None:
+            return "steps counted at parameter updates by hand (no optimizer stepped)"
+        return ""
 
     def advance_if_pending(self) -> bool:
         """Apply a finished step, if one is pending; True when the step advanced."""

@@ -9,6 +9,7 @@ included), after torch has installed its own step hook, so ours is the outermost
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -22,7 +23,9 @@ from traincheck_agent.agent.descriptors import note_parameter
 from traincheck_agent.agent.naming import first_user_frame
 from traincheck_agent.agent.patching import is_traced, wrap_attribute
 from traincheck_agent.agent.runtime import SYNC_CHECK_TIMEOUT_S
+from traincheck_agent.fingerprint import fingerprint_tensors
 from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY, Policy
+from traincheck_agent.trace.schema import KIND_NOTE
 
 _depths = runtime.thread_state  # per-thread counters live next to the call stack
 
@@ -75,6 +78,7 @@ def _module_before(ctx: CallContext) -> None:
     rt.clock.model_training = module.training
     if module.training and torch.is_grad_enabled():
         rt.clock.start_training()
+        _manual_boundary(rt)
 
 
 def _module_after(ctx: CallContext) -> None:
@@ -169,6 +173,8 @@ def _zero_grad_before(ctx: CallContext) -> None:
         return  # Accelerate keeps the accumulated gradients: nothing is cleared
     outermost = _enter("zero_grads")
     _rt().clock.start_training()
+    if outermost:
+        _manual_boundary(_rt())
     target = ctx.instance
     is_optimizer = isinstance(target, torch.optim.Optimizer)
     if is_optimizer:
@@ -230,12 +236,54 @@ def _backward_before(ctx: CallContext) -> None:
     rt = _rt()
     rt.clock.start_training()
     if outermost:
+        _manual_boundary(rt)
         rt.probe.snapshot("before", "backward", ctx.call_id)
 
 
 def _backward_after(ctx: CallContext) -> None:
     if _leave("backwards") and ctx.exc is None:
-        _rt().probe.snapshot("after", "backward", ctx.call_id)
+        rt = _rt()
+        rt.probe.snapshot("after", "backward", ctx.call_id)
+        if rt.clock.watches_manual_updates:
+            global _update_witness
+            _update_witness = None
+            rt.clock.backward_finished(_parameter_versions(rt))
+
+
+# -- loops that update parameters by hand (see ``clock``) -------------------------------------
+_update_witness: Any = None  # a parameter that had a grad when the last backward ended (weakref)
+
+
+def _parameter_versions(rt: Any) -> tuple[int, str | None]:
+    """What changes when the root models' parameters are updated in place: the total of their
+    version counters (an update under ``no_grad``, an optimizer's), and the hash of one
+    parameter that has a grad (an update through ``.data``, which moves no counter)."""
+    global _update_witness
+    total = 0
+    witness = _update_witness() if _update_witness is not None else None
+    for _, root in rt.registry.roots():
+        for param in root.parameters():
+            total += param._version
+            if witness is None and param.grad is not None:
+                witness = param
+                _update_witness = weakref.ref(param)
+    digest = fingerprint_tensors([witness])[0].get("h") if witness is not None else None
+    return total, digest
+
+
+def _manual_boundary(rt: Any) -> None:
+    """The next iteration's work begins: in a loop without an optimizer whose parameters were
+    updated by hand since the last backward, finish that backward's step now (this call is the
+    next step's), and say once which boundary the steps follow."""
+    clock = rt.clock
+    if not clock.awaits_manual_update:
+        return
+    first = not clock.counts_manual_updates
+    if clock.next_work_begins(_parameter_versions(rt)):
+        if first:
+            rt.emit({"kind": KIND_NOTE, "what": "step_boundary", "boundary": "manual_update",
+                     "step": clock.step})
+        rt.end_outermost_call()
 
 
 # -- distributed ----------------------------------------------------------------------------

@@ -153,6 +153,14 @@ def _runtime_error(stage: str, exc: BaseException) -> None:
     runtime.report_agent_error(stage, exc)
 
 
+def runtime_boundary_note() -> str:
+    """The training clock's step boundary, where it is not the optimizer's step (for the summary)."""
+    from traincheck_agent.agent import runtime
+
+    rt = runtime.current
+    return rt.clock.boundary_note() if rt is not None else ""
+
+
 def _runtime_request_action(action: Action) -> None:
     from traincheck_agent.agent import runtime
 
@@ -454,9 +462,9 @@ class CheckSink:
                     f"{self.violations} violations found before")
         covered = self.coverage.summary(self.by_id) if self.coverage is not None else ""
         covered = f"; {covered}" if covered else ""
-        alone = self._single_process_note()
-        if alone:
-            covered += f"; {alone}"
+        for note in (self._single_process_note(), self._boundary_note()):
+            if note:
+                covered += f"; {note}"
         if not self.violations:
             return f"check summary (rank {self.rank}): no violations ({checked}, {self.fed} records){covered}"
         worst = sorted(self.violated.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
@@ -465,6 +473,13 @@ class CheckSink:
         return (f"check summary (rank {self.rank}): {self.violations} violations of "
                 f"{len(self.violated)} invariants ({top}); {checked}{covered}"
                 + (f"; details in {where}" if where else "") + self._likely_cause())
+
+    @staticmethod
+    def _boundary_note() -> str:
+        try:
+            return runtime_boundary_note()
+        except Exception:  # the summary is said whatever the clock says
+            return ""
 
     def _single_process_note(self) -> str:
         """Cross-rank invariants that were never checked because no process group with other
