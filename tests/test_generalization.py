@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, run_parallel
+from conftest import PIPELINES, agent_env, read_traces, run_parallel
 
 from traincheck_agent.examples import cnn_train
 from traincheck_agent.inference.call_context import MODE_SETTERS
@@ -525,3 +525,27 @@ def test_a_wrong_context_ranks_before_what_it_changed():
                      record("AutocastRegion", "torch.nn.LayerNorm.forward", "model.blocks.1.norm")])
     assert [g.relation for g in groups] == ["AutocastRegion", "ConsistentOutput"]
     assert groups[0].variables == ["model.blocks.1.fc", "model.blocks.1.norm"] and groups[0].kind == "context"
+
+
+TWO_STAGE = str(PIPELINES / "two_stage_train.py")
+
+
+def test_a_new_optimizer_takes_over_the_clock_and_stale_grads_are_not_backwards(tmp_path):
+    """A pretext stage, then fine-tuning with a new optimizer in the same variable: the steps
+    go on counting, and the pretext head, which keeps its last grad while backward never reaches
+    it again, does not cost a pooled file "backward finds the grad cleared" on another pipeline,
+    so a dropped zero_grad there is still caught at its first step."""
+    runs = _collect(tmp_path, {
+        "two_stage": [TWO_STAGE], "two_stage2": [TWO_STAGE, "--seed", "1", "--steps", "4"],
+        "mlp": [MLP, "--steps", "8"],
+        "mlp_bug": [MLP, "--steps", "4", "--seed", "2", "--bug", "no-zero-grad"],
+    })
+    [trace] = read_traces(runs["two_stage"])
+    assert [c["step"] for c in trace.calls("torch.Tensor.backward")] == list(range(8))
+    invariants, _ = infer_invariants([runs["two_stage"], runs["two_stage2"], runs["mlp"]])
+    cleared = [i for i in invariants if i.relation == "StateTransition" and i.subject["event"] == "backward"
+               and i.subject["effect"] == "finds_none_or_zero"]
+    assert cleared
+    found = [v for v in check_offline(cleared, [runs["mlp_bug"]])]
+    assert found and min(v["step"] for v in found) == 1
+    assert check_offline(invariants, [runs["two_stage2"]]) == []

@@ -4,7 +4,10 @@
 ``zero_grad``, training-mode forward (grad enabled), backward or optimizer step, and +1 each time the *clock optimizer* (the first
 optimizer that completes a step) finishes a step. The advance is applied when the outermost
 recorded call containing that step returns, so the step call itself and the state recorded
-around it belong to the iteration they finish.
+around it belong to the iteration they finish. Another optimizer takes over the clock when the
+clock optimizer is gone or silent: garbage-collected, or while another finished two steps
+without it (an optimizer re-created mid-run, Adam then L-BFGS); a second optimizer that steps
+once per clock step, or once per several (a GAN's generator), never does.
 
 A loop that updates its parameters by hand (``p.data.add_(p.grad, alpha=-lr)``, no
 ``torch.optim``) never steps an optimizer. Until one does, the clock watches for the boundary
@@ -17,6 +20,8 @@ updates nothing between its backwards, so it keeps one step.
 
 from __future__ import annotations
 
+import weakref
+
 from traincheck_agent.trace.schema import PHASE_EVAL, PHASE_INIT, PHASE_TRAIN
 
 
@@ -25,6 +30,8 @@ class TrainingClock:
         self.step = -1
         self.model_training = True
         self._clock_optimizer: int | None = None
+        self._clock_ref: weakref.ref | None = None  # to tell a gone clock optimizer from a reused id
+        self._stepped_since_clock: set[int] = set()  # other optimizers that stepped since the clock's last
         self._advance_pending = False
         # Loops without an optimizer: what the parameters looked like when the last backward
         # ended (None: no backward waits for its update), and whether steps were counted so.
@@ -40,11 +47,20 @@ class TrainingClock:
             self.step = 0
 
     def optimizer_step_finished(self, optimizer: object) -> None:
-        if self._clock_optimizer is None:
-            self._clock_optimizer = id(optimizer)
+        key = id(optimizer)
+        gone = self._clock_ref is not None and self._clock_ref() is None
+        if self._clock_optimizer is None or gone or (key != self._clock_optimizer and key in self._stepped_since_clock):
+            self._clock_optimizer = key
+            try:
+                self._clock_ref = weakref.ref(optimizer)
+            except TypeError:  # an object that takes no weak reference: held by id alone
+                self._clock_ref = None
             self._versions_after_backward = None
-        if id(optimizer) == self._clock_optimizer:
+        if key == self._clock_optimizer:
+            self._stepped_since_clock.clear()
             self._advance_pending = True
+        else:
+            self._stepped_since_clock.add(key)
 
     @property
     def watches_manual_updates(self) -> bool:

@@ -172,11 +172,20 @@ def grad_at_rounding_level(attrs: dict[str, Any], data_amax: float | None) -> bo
     return g < NEGLIGIBLE_EPSILONS * eps * data_amax
 
 
-def touched_by_backward(after: dict[str, Any]) -> bool:
-    """Whether a backward reached the variable: it requires grad and has one afterwards. A
-    frozen parameter, or one whose module took no part in this forward (a block that stochastic
-    depth skipped), is none of backward's business."""
-    return after.get("requires_grad") is not False and ("grad" not in after or after["grad"] is not None)
+def touched_by_backward(after: dict[str, Any], before: dict[str, Any] | None = None) -> bool:
+    """Whether a backward reached the variable: it requires grad and has one afterwards, and,
+    where it had a non-zero one before, that grad moved. A frozen parameter, one whose module
+    took no part in this forward (a block that stochastic depth skipped), or one left with the
+    grad of an earlier stage (a pretext head while the rest fine-tunes) is none of backward's
+    business; a contribution of exactly zero cannot be told from none, so it is left out too."""
+    if after.get("requires_grad") is False or ("grad" in after and after["grad"] is None):
+        return False
+    grad_before = (before or {}).get("grad")
+    grad_after = after.get("grad")
+    if isinstance(grad_before, dict) and isinstance(grad_after, dict) and value_class(grad_before) == NONZERO:
+        h = grad_before.get("h")
+        return h != grad_after.get("h") or marker_hash(h)
+    return True
 
 
 class TransitionCollector(Collector):
@@ -244,7 +253,7 @@ class TransitionCollector(Collector):
         before = self.pending.pop(key, None)
         if when != "after" or before is None:
             return []
-        if event == "backward" and not touched_by_backward(attrs):
+        if event == "backward" and not touched_by_backward(attrs, before):
             return []
         if event == "optimizer.step" and "grad" in before and before["grad"] is None:
             return []  # a step leaves a parameter without a grad alone (GradApplied sees the rest)
