@@ -395,6 +395,24 @@ def test_a_last_iteration_that_not_every_optimizer_stepped_gives_no_example():
         (0, True), (1, False)]
 
 
+def test_a_grad_zeroed_before_the_step_did_not_arrive_and_one_not_held_there_is_undecided():
+    """Clipped to zero between backward and the step: the grad did not arrive, though momentum
+    may still move the weights (applied). No grad at the step (a ZeRO partition): unknown."""
+    from traincheck_agent.inference.relations import grad_applied
+    from traincheck_agent.inference.stream import TraceSource
+
+    def arrived(grad_at_step: dict | None) -> list[bool | None]:
+        records = _iteration(0, 2, True, 0.1)
+        records[1] = _state("before:optimizer.step", "w", 0, 2, data=_fp("d0", 1.0), grad=grad_at_step)
+        collector = grad_applied.Collector(TraceSource("t", "run", 0))
+        return [e.arrived for r in records for e in collector.feed(r)] + [e.arrived for e in collector.finish()]
+
+    assert arrived({"h": "g0", "zero": False, "nonfinite": False}) == [True]
+    assert arrived({"h": "z", "zero": True, "nonfinite": False}) == [False]
+    assert arrived(None) == [None]
+    assert arrived({"h": "nostorage:", "zero": False, "nonfinite": False}) == [None]
+
+
 # ------------------------------------------------------------ preconditions, on plain examples
 
 
