@@ -13,10 +13,10 @@ judged. The period and offset are learned from changes seen between adjacent ste
 the gcd of their distances, then checked against every pair of every reference.
 A schedule may settle for good at a bound it was heading for (nanoGPT's cosine decay reaches
 ``min_lr`` and stays there; a warm-up may end on a plateau), at a step the references never
-reached. So an attribute that stays where a change was expected, at the lowest value this run
-has held after a decrease (the highest after an increase), is not judged: it is *held at a
-bound*, not covered. An lr that never changes at all in the run is still judged from its first
-pair.
+reached. So, when checking, an attribute that stays where a change was expected, at the lowest
+value this run has held after a decrease (the highest after an increase), is not judged: it is
+*held at a bound*, not covered. An lr that never changes at all in the run is still judged from
+its first pair, and a reference that holds its value anywhere breaks "changes at every step".
 An attribute that never changes in any reference, over at least ``MIN_CONSTANT_STEPS`` recorded
 steps, gets the degenerate form, period 0: it stays constant across steps (a hyper-parameter
 such as ``momentum`` or ``weight_decay`` that nothing should touch while training runs). Its
@@ -162,10 +162,14 @@ def finalize(groups: dict[Key, list[ChangeExample]]) -> dict[Key, list[ChangeExa
     return groups
 
 
-def _judge(example: ChangeExample, period: int, offset: int) -> bool | None:
-    """True when the pair agrees with the hypothesis, False when not, None when it cannot tell."""
+def _judge(example: ChangeExample, period: int, offset: int, checking: bool = False) -> bool | None:
+    """True when the pair agrees with the hypothesis, False when not, None when it cannot tell.
+
+    A value held at a bound is left undecided only when checking: a reference that holds its lr
+    (a plateau at the end of a warm-up) shows that it does not change at every step, and a
+    hypothesis it breaks is not learned."""
     count = expected_changes(example.prev_step, example.step, period, offset)
-    if count >= 2 or (count == 1 and example.at_bound):
+    if count >= 2 or (checking and count == 1 and example.at_bound):
         return None
     return example.changed == (count == 1)
 
@@ -243,7 +247,8 @@ def violates(invariant: Invariant, e: ChangeExample) -> bool:
     """The pair satisfies the precondition and shows a change where none was expected, or none
     where exactly one was."""
     s = invariant.subject
-    return holds_all(invariant.precondition, e.feature_map()) and _judge(e, s["period"], s["offset"]) is False
+    return (holds_all(invariant.precondition, e.feature_map())
+            and _judge(e, s["period"], s["offset"], checking=True) is False)
 
 
 def violation(invariant: Invariant, ex: ChangeExample) -> dict[str, Any]:
