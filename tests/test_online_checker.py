@@ -163,8 +163,9 @@ def test_transition_features_keep_the_type_of_each_descriptive_value():
         before = {"kind": "state", "where": "before:backward", "call": call, "var": "w", "vtype": "Parameter",
                   "step": call, "phase": "train", "attrs": attrs}
         collector.feed(before)
-        [example] = collector.feed(dict(before, where="after:backward"))
-        assert example.features == _features(dict(before, where="after:backward"), attrs, True)
+        after = dict(before, where="after:backward", attrs=dict(attrs, grad=dict(fp, h=f"x3:{call + 1}")))
+        [example] = collector.feed(after)  # backward moved the grad: it touched the variable
+        assert example.features == _features(after, attrs, True)
         value = dict(example.features)["tensor_model_parallel"]
         seen.append((type(value), value))
     assert seen == [(bool, True), (int, 1), (bool, True), (float, 1.0)]

@@ -33,13 +33,13 @@ from traincheck_agent import faults
 from traincheck_agent.agent.dist_info import launcher_facts
 from traincheck_agent.check.checker_process import CheckerProcess, spare_core
 from traincheck_agent.check.requirements import (
-    CROSS_RANK_RELATIONS,
     SINGLE_PROCESS,
     CallSelection,
     reduce_policy,
     requirements_for,
 )
 from traincheck_agent.exception_text import exception_text
+from traincheck_agent.inference import relations
 from traincheck_agent.inference.invariant import Invariant, InvariantFileError, read_invariants
 from traincheck_agent.messages import debug, say, warn
 from traincheck_agent.terminal_text import visible
@@ -329,7 +329,7 @@ class CheckSink:
             self.start_process()
         here = self.invariants
         if self.process is not None:
-            here = [i for i in self.invariants if i.relation in CROSS_RANK_RELATIONS]
+            here = [i for i in self.invariants if relations.cross_rank(i.relation)]
         self.checker = OnlineChecker(here, self._on_violation) if here else None
 
     def _settle_rank(self, records: list[dict]) -> None:
@@ -357,7 +357,7 @@ class CheckSink:
         if self.checker_kind != "process" or self.process is not None:
             return
         self.checker_kind = "thread"  # one try: a failure (or a later loss) is not retried
-        local = [i for i in self.invariants if i.relation not in CROSS_RANK_RELATIONS]
+        local = [i for i in self.invariants if not relations.cross_rank(i.relation)]
         process = CheckerProcess(local, self._on_violation, self._on_process_error, self._on_process_lost)
         try:
             process.start()

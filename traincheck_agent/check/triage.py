@@ -12,10 +12,12 @@ are grouped by
   gap, so that sampled snapshots every N steps do not split) starts a new group.
 
 Groups are ranked by the step where they first broke (the earliest is nearest the cause); at the
-same step, invariants about state (what a step did to the parameters) come before invariants
-about call order or arguments, since a state invariant names the tensors that went wrong while
-an ordering invariant often only shows the symptom; then the invariant with the most support in
-the clean runs. The order is deterministic.
+same step, invariants about the context a computation ran in (a module outside its autocast
+region, a step taken in eval mode) come first, then invariants about state (what a step did to
+the parameters), then those about call order or arguments, since a state invariant names the
+tensors that went wrong while an ordering invariant often only shows the symptom (each relation
+module says which kind it is, ``TRIAGE_KIND``); then the invariant with the most support in the
+clean runs. The order is deterministic.
 """
 
 from __future__ import annotations
@@ -25,18 +27,12 @@ import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from traincheck_agent.inference import relations
+
 if TYPE_CHECKING:
     from traincheck_agent.inference.invariant import Invariant
 
 STEP_WINDOW = 50
-STATE_RELATIONS = frozenset({"StateTransition", "GradApplied", "CrossRankConsistent", "CrossRankValue",
-                             "VarPeriodicChange", "ConsistentInputOutput", "ConsistentOutput"})
-# Invariants about the context a computation ran in (a module outside its autocast region, a
-# step taken with the model in eval mode): at one step they come before the state and outputs
-# that context changed.
-CONTEXT_RELATIONS = frozenset({"AutocastRegion", "UpdateMode"})
-ORDERING_RELATIONS = frozenset({"APISequence", "EventContain", "ContextArgument",
-                                "DistinctArgument", "Threshold"})
 _DIGITS = re.compile(r"\d+")
 
 
@@ -97,16 +93,13 @@ def describe_patterns(variables: list[str]) -> str:
 
 
 def relation_kind(relation: str) -> str:
-    if relation in CONTEXT_RELATIONS:
-        return "context"
-    if relation in STATE_RELATIONS:
-        return "state"
-    if relation in ORDERING_RELATIONS:
-        return "ordering"
-    return "other"
+    """The relation's triage kind (``TRIAGE_KIND`` of its module): context, state or ordering;
+    "other" for a name that is not a relation."""
+    found = relations.module(relation)
+    return found.TRIAGE_KIND if found is not None else "other"
 
 
-_KIND_ORDER = {"context": 0, "state": 1, "ordering": 2, "other": 3}
+_KIND_ORDER = {kind: position for position, kind in enumerate(relations.TRIAGE_KINDS)}
 
 
 def _about(record: dict[str, Any], invariant: Invariant | None, field: str) -> Any:
@@ -119,13 +112,12 @@ def _about(record: dict[str, Any], invariant: Invariant | None, field: str) -> A
     return evidence.get(key) if isinstance(evidence, dict) else None
 
 
-# Relations whose violations share one subject whatever API they name: one region of code
-# (an autocast block) holds modules of several classes, and one fault moves all of them.
-_SHARED_SUBJECTS = {"AutocastRegion": "autocast region"}
-
-
 def _subject_of(record: dict[str, Any], invariant: Invariant | None) -> str:
-    shared = _SHARED_SUBJECTS.get(str(record.get("relation") or (invariant.relation if invariant else "")))
+    # A relation may give all its violations one subject whatever API they name
+    # (``SHARED_SUBJECT``): one region of code (an autocast block) holds modules of several
+    # classes, and one fault moves all of them.
+    found = relations.module(str(record.get("relation") or (invariant.relation if invariant else "")))
+    shared = getattr(found, "SHARED_SUBJECT", None)
     if shared is not None:
         return shared
     subject = _about(record, invariant, "subject")
@@ -269,5 +261,5 @@ def _reason(group: Group, position: int, earliest: int | None) -> str:
     return f"{ranked}{when}; {kind}; support {group.support} passing examples in the clean runs"
 
 
-__all__ = ["CONTEXT_RELATIONS", "ORDERING_RELATIONS", "STATE_RELATIONS", "STEP_WINDOW", "Group", "describe_patterns",
+__all__ = ["STEP_WINDOW", "Group", "describe_patterns",
            "relation_kind", "triage", "variable_pattern"]

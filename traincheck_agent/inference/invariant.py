@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import traincheck_agent
+from traincheck_agent.inference import relations
 from traincheck_agent.inference.preconditions import Clause, Domain
 from traincheck_agent.input_files import read_limited
 
@@ -23,41 +24,7 @@ FILE_FORMAT = "traincheck-invariants"
 FILE_VERSION = 1
 MAX_FILE_BYTES = 64 << 20
 MAX_VALUE_DEPTH = 32  # nesting of a subject or precondition value; inference writes at most 3
-ID_PREFIXES = {
-    "StateTransition": "st",
-    "CrossRankConsistent": "cr",
-    "ConsistentOutput": "co",
-    "DistinctArgument": "di",
-    "ContextArgument": "ca",
-    "APISequence": "as",
-    "Threshold": "th",
-    "VarPeriodicChange": "vp",
-    "EventContain": "ec",
-    "ConsistentInputOutput": "io",
-    "CrossRankValue": "cv",
-    "GradApplied": "ga",
-    "AutocastRegion": "ar",
-    "UpdateMode": "um",
-}
-
-# The subject fields each relation reads when it checks (a file missing one would fail later,
-# in the middle of a check, without naming the file).
-SUBJECT_FIELDS = {
-    "StateTransition": ("event", "attribute", "effect"),
-    "CrossRankConsistent": ("event", "attribute"),
-    "ConsistentOutput": ("api", "property", "value"),
-    "DistinctArgument": ("api", "argument"),
-    "ContextArgument": ("api", "argument", "value"),
-    "APISequence": ("form", "api"),
-    "Threshold": ("api", "property", "op", "argument"),
-    "VarPeriodicChange": ("event", "vtype", "variable", "attribute", "period", "offset"),
-    "EventContain": ("api", "child"),
-    "ConsistentInputOutput": ("api", "dim"),
-    "CrossRankValue": ("api", "position", "form"),
-    "GradApplied": ("event", "attribute", "effect"),
-    "AutocastRegion": ("api", "module", "autocast"),
-    "UpdateMode": ("event", "model", "phase"),
-}
+# Subject fields that name things (an API, a variable, an effect): their values are strings.
 NAME_FIELDS = ("api", "event", "child", "between", "argument", "attribute", "variable", "vtype",
                "form", "property", "op", "effect", "position", "module", "autocast", "model",
                "phase")
@@ -88,7 +55,8 @@ class Invariant:
              "precondition": [c.to_json() for c in self.precondition]},
             sort_keys=True,
         )
-        prefix = ID_PREFIXES.get(self.relation, self.relation[:2].lower())
+        found = relations.module(self.relation)
+        prefix = found.ID_PREFIX if found is not None else self.relation[:2].lower()
         return f"{prefix}-{hashlib.sha256(body.encode()).hexdigest()[:12]}"
 
     @functools.cached_property
@@ -207,9 +175,10 @@ def _depth(value: Any, limit: int) -> int:
 
 def _subject_problem(relation: str, subject: dict[str, Any]) -> str:
     """What is wrong with the subject of a ``relation`` invariant, or ""."""
-    if relation not in SUBJECT_FIELDS:
-        return f"unknown relation {relation[:80]!r} (known: {', '.join(SUBJECT_FIELDS)})"
-    missing = [f for f in SUBJECT_FIELDS[relation] if f not in subject]
+    found = relations.module(relation)
+    if found is None:
+        return f"unknown relation {relation[:80]!r} (known: {', '.join(relations.MODULES)})"
+    missing = [f for f in found.SUBJECT_FIELDS if f not in subject]
     if missing:
         return f"{relation} subject lacks {', '.join(missing)}"
     for name in NAME_FIELDS:

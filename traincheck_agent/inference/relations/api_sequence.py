@@ -33,12 +33,17 @@ from typing import Any, NamedTuple
 
 from traincheck_agent.inference.call_context import MODE_SETTERS
 from traincheck_agent.inference.invariant import Invariant
+from traincheck_agent.inference.relations import Needs
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import TraceSource
+from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "APISequence"
 LEARNS_FROM = "API calls in two or more training steps"  # what its examples come from: said when it learns nothing
+ID_PREFIX = "as"  # of its invariants' ids
+SUBJECT_FIELDS = ("form", "api")  # the subject fields it reads when it checks
+TRIAGE_KIND = "ordering"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
 READS = (KIND_CALL,)  # the record kinds its collector reads
 MIN_INTERVALS = 5
 MIN_LEADS = 2
@@ -232,3 +237,12 @@ def violation(invariant: Invariant, ex: Interval | FirstSighting) -> dict[str, A
     return {"step": ex.step, "api": ex.api, "variable": ex.receiver, "trace": ex.trace,
             "message": f"{invariant.description}: called with {ex.flag}={ex.value}{where} at step {ex.step} "
                        f"before any call with {ex.flag}={not ex.value}"}
+
+
+def needs(req: Needs, inv: Invariant) -> None:
+    """Its API's calls (the flag and the receiver module); for the ``between`` form the other
+    API's too: the receivers' classes tell whether the program has what it speaks of."""
+    subject = inv.subject
+    req.need_call(subject["api"], DESCRIBE_SUMMARY, DESCRIBE_NONE)
+    if subject.get("form") != "leads":
+        req.need_call(subject["between"], DESCRIBE_SUMMARY, DESCRIBE_NONE)

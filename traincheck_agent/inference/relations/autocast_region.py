@@ -30,11 +30,17 @@ from traincheck_agent.inference.preconditions import (
     holds_all,
     with_condition,
 )
+from traincheck_agent.inference.relations import Needs
 from traincheck_agent.inference.stream import Collector as StreamCollector
+from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "AutocastRegion"
 LEARNS_FROM = "module calls in steps that run under autocast"  # what its examples come from: said when it learns nothing
+ID_PREFIX = "ar"  # of its invariants' ids
+SUBJECT_FIELDS = ("api", "module", "autocast")  # the subject fields it reads when it checks
+TRIAGE_KIND = "context"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
+SHARED_SUBJECT = "autocast region"  # one subject in triage, whatever API a violation names
 READS = (KIND_CALL,)  # the record kinds its collector reads
 MIN_PASSING = 3
 MIN_STEPS = 3
@@ -144,3 +150,8 @@ def violation(invariant: Invariant, ex: ModuleCall) -> dict[str, Any]:
     return {"step": ex.step, "api": ex.api, "variable": ex.module, "trace": ex.trace,
             "message": f"{invariant.description}: it ran {where} at step {ex.step} "
                        f"(the step's other modules ran under {ex.feature_map().get('step_autocast')})"}
+
+
+def needs(req: Needs, inv: Invariant) -> None:
+    """Every module call: a step's autocast states come from all of them, not the watched one's."""
+    req.module_calls = (DESCRIBE_SUMMARY, DESCRIBE_NONE)

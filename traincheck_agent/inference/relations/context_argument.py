@@ -31,12 +31,17 @@ from traincheck_agent.inference.preconditions import (
     holds_all,
     with_condition,
 )
+from traincheck_agent.inference.relations import Needs
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import TraceSource
+from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "ContextArgument"
 LEARNS_FROM = "mode flags (training=, ...) passed to APIs in both phases"  # what its examples come from: said when it learns nothing
+ID_PREFIX = "ca"  # of its invariants' ids
+SUBJECT_FIELDS = ("api", "argument", "value")  # the subject fields it reads when it checks
+TRIAGE_KIND = "ordering"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
 READS = (KIND_CALL,)  # the record kinds its collector reads
 MIN_PASSING = 5
 MIN_STEPS = 2
@@ -154,3 +159,10 @@ def violation(invariant: Invariant, ex: FlagExample) -> dict[str, Any]:
             "message": f"{invariant.description}: called with {ex.argument}={ex.value} at step {ex.step} "
                        f"(phase {ex.feature_map().get('phase')}, "
                        f"enclosing module training={ex.feature_map().get('module_training')})"}
+
+
+def needs(req: Needs, inv: Invariant) -> None:
+    """Its API's calls; the flag is judged against the training flag of the enclosing module, so
+    every module call is recorded with its receiver, and the nearest one is always found."""
+    req.need_call(inv.subject["api"], DESCRIBE_SUMMARY, DESCRIBE_NONE)
+    req.module_calls = (DESCRIBE_SUMMARY, DESCRIBE_NONE)

@@ -51,6 +51,7 @@ from traincheck_agent.inference.rank_groups import (
     memberships,
     within_groups,
 )
+from traincheck_agent.inference.relations import Needs
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.groups import WORLD, describe_family
@@ -58,6 +59,10 @@ from traincheck_agent.trace.schema import KIND_GROUPS, KIND_STATE
 
 RELATION = "CrossRankConsistent"
 LEARNS_FROM = "state snapshots of two or more ranks"  # what its examples come from: said when it learns nothing
+ID_PREFIX = "cr"  # of its invariants' ids
+SUBJECT_FIELDS = ("event", "attribute")  # the subject fields it reads when it checks
+TRIAGE_KIND = "state"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
+CROSS_RANK = True  # its examples join the ranks' halves: checked only with two or more ranks
 READS = (KIND_STATE, KIND_GROUPS)  # the record kinds its collector reads
 # A backward inside DDP's no_sync keeps its grads local: when the references never had one, the
 # invariant is scoped to synchronised backwards and says nothing about the others.
@@ -342,3 +347,12 @@ def violation(invariant: Invariant, ex: RankExample) -> dict[str, Any]:
         found["values"] = {str(rank): value for rank, value in ex.values}
         what += " (" + ", ".join(f"{ex.attribute} {value} on rank {rank}" for rank, value in ex.values) + ")"
     return found | {"message": f"{invariant.description}: {what} at step {ex.step} ({ex.where})"}
+
+
+def needs(req: Needs, inv: Invariant) -> None:
+    """Its snapshot point: the tensor attribute's items, or the optimizer's hyper-parameters."""
+    point, attribute = inv.subject["event"], inv.subject["attribute"]
+    if attribute in TENSOR_ATTRS:
+        req.need_state(point, req.items_for(point, attribute))
+    else:  # a scalar: a hyper-parameter of a param group or a setting of the optimizer
+        req.need_state(point, ["optimizer.hyperparams"])

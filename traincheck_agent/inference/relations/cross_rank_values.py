@@ -39,13 +39,19 @@ from traincheck_agent.inference.rank_groups import (
     memberships,
     within_groups,
 )
+from traincheck_agent.inference.relations import Needs
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import TraceSource
+from traincheck_agent.policy.model import DESCRIBE_FINGERPRINT, DESCRIBE_NONE
 from traincheck_agent.trace.groups import WORLD, describe_family
 from traincheck_agent.trace.schema import KIND_CALL, KIND_GROUPS
 
 RELATION = "CrossRankValue"
 LEARNS_FROM = "tensors passed to or returned by the same call on two or more ranks"  # what its examples come from: said when it learns nothing
+ID_PREFIX = "cv"  # of its invariants' ids
+SUBJECT_FIELDS = ("api", "position", "form")  # the subject fields it reads when it checks
+TRIAGE_KIND = "state"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
+CROSS_RANK = True  # its examples join the ranks' halves: checked only with two or more ranks
 READS = (KIND_CALL, KIND_GROUPS)  # the record kinds its collector reads
 MIN_PASSING = 5
 MIN_STEPS = 2
@@ -224,3 +230,14 @@ def violation(invariant: Invariant, ex: ValueExample) -> dict[str, Any]:
             else f"the ranks hold {len(by_hash)} different values")
     return {"step": ex.step, "api": ex.api, "variable": ex.position, "ranks": list(ex.ranks),
             "message": f"{invariant.description}: {what} at step {ex.step}"}
+
+
+def needs(req: Needs, inv: Invariant) -> None:
+    """Fingerprints of the call's returned or given tensors: the hashes compared."""
+    position = inv.subject["position"]
+    if not isinstance(position, str) or not position.startswith(("ret", "args.")):
+        raise ValueError(f"unknown position {position!r}")
+    if position.startswith("ret"):
+        req.need_call(inv.subject["api"], DESCRIBE_NONE, DESCRIBE_FINGERPRINT)
+    else:
+        req.need_call(inv.subject["api"], DESCRIBE_FINGERPRINT, DESCRIBE_NONE)

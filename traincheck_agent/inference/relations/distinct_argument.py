@@ -32,13 +32,18 @@ from traincheck_agent.inference.preconditions import (
     holds_all,
     with_condition,
 )
+from traincheck_agent.inference.relations import Needs
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import TraceSource
+from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY
 from traincheck_agent.trace.initialisers import is_initialiser
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "DistinctArgument"
 LEARNS_FROM = "calls of an API that receive parameters, such as initialisers"  # what its examples come from: said when it learns nothing
+ID_PREFIX = "di"  # of its invariants' ids
+SUBJECT_FIELDS = ("api", "argument")  # the subject fields it reads when it checks
+TRIAGE_KIND = "ordering"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
 READS = (KIND_CALL,)  # the record kinds its collector reads
 MIN_PASSING = 5
 MIN_DISTINCT = 5
@@ -164,3 +169,17 @@ def violation(invariant: Invariant, ex: ArgExample) -> dict[str, Any]:
     else:
         message = f"{invariant.description}: {ex.api} received the same parameter {which} again at step {ex.step}"
     return {"step": ex.step, "api": ex.member or ex.api, "variable": ex.name, "trace": ex.trace, "message": message}
+
+
+def needs(req: Needs, inv: Invariant) -> None:
+    """Its API's calls (the family's, for the initialisers), with every API of the policy kept
+    wrapped: it judges outermost calls only."""
+    family = inv.subject.get("family")
+    if family is not None:  # the initialisers the references used, judged as one API
+        if not isinstance(family, list) or not all(isinstance(api, str) for api in family):
+            raise ValueError("family should be a list of API names")
+        for api in family:
+            req.need_call(api, DESCRIBE_SUMMARY, DESCRIBE_NONE)
+    else:
+        req.need_call(inv.subject["api"], DESCRIBE_SUMMARY, DESCRIBE_NONE)
+    req.keep_nesting = True

@@ -28,12 +28,17 @@ from traincheck_agent.inference.preconditions import (
     scoped,
     with_condition,
 )
+from traincheck_agent.inference.relations import Needs
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import TraceSource
+from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "EventContain"
 LEARNS_FROM = "calls of an API that make calls of others inside them"  # what its examples come from: said when it learns nothing
+ID_PREFIX = "ec"  # of its invariants' ids
+SUBJECT_FIELDS = ("api", "child")  # the subject fields it reads when it checks
+TRIAGE_KIND = "ordering"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
 READS = (KIND_CALL,)  # the record kinds its collector reads
 SCOPE_FEATURES = ("accumulating",)
 # The context an invariant is judged in (see ``preconditions.domain_of``).
@@ -120,3 +125,9 @@ def violation(invariant: Invariant, ex: ContainExample) -> dict[str, Any]:
     made = ", ".join(sorted(ex.children)) or "nothing recorded"
     return {"step": ex.step, "api": ex.api, "variable": "", "trace": ex.trace,
             "message": f"{invariant.description}: a call at step {ex.step} did not (it called {made})"}
+
+
+def needs(req: Needs, inv: Invariant) -> None:
+    """The parent API's calls (the receiver's training flag) and the child's."""
+    req.need_call(inv.subject["api"], DESCRIBE_SUMMARY, DESCRIBE_NONE)
+    req.need_call(inv.subject["child"], DESCRIBE_NONE, DESCRIBE_NONE)

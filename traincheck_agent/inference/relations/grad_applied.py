@@ -34,6 +34,7 @@ an iteration of any optimizer.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from traincheck_agent.inference.examples import (
@@ -49,6 +50,7 @@ from traincheck_agent.inference.examples import (
 )
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
+    ANY,
     FeatureExample,
     deduce_scopes,
     domain_of,
@@ -56,12 +58,17 @@ from traincheck_agent.inference.preconditions import (
     holds_all,
     with_condition,
 )
+from traincheck_agent.inference.relations import Needs
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import TraceSource
+from traincheck_agent.policy.model import DESCRIBE_NONE
 from traincheck_agent.trace.schema import KIND_CALL, KIND_STATE
 
 RELATION = "GradApplied"
 LEARNS_FROM = "optimizer steps with the parameters and grads snapshotted around them"  # what its examples come from: said when it learns nothing
+ID_PREFIX = "ga"  # of its invariants' ids
+SUBJECT_FIELDS = ("event", "attribute", "effect")  # the subject fields it reads when it checks
+TRIAGE_KIND = "state"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
 READS = (KIND_STATE, KIND_CALL)  # the record kinds its collector reads
 MIN_PASSING = 5
 MIN_STEPS = 2
@@ -271,3 +278,26 @@ def violation(invariant: Invariant, ex: AppliedExample) -> dict[str, Any]:
         why = (f"{ex.var} had a non-zero grad at step {ex.step} that no optimizer step applied (is it in an "
                "optimizer's param groups?)")
     return {"step": ex.step, "variable": ex.var, "trace": ex.trace, "message": f"{invariant.description}: {why}"}
+
+
+def needs(req: Needs, inv: Invariant) -> None:
+    """The grads backward leaves, and the data (and grad, for negligible updates) around steps."""
+    req.need_state(GRAD_POINT, req.items_for(GRAD_POINT, "grad"))
+    for point in (BEFORE_STEP, AFTER_STEP):
+        req.need_state(point, req.items_for(point, "data"))
+    req.need_state(BEFORE_STEP, req.items_for(BEFORE_STEP, "grad"))
+    req.need_state(AFTER_STEP, ["optimizer.hyperparams"])  # the learning rate a step used
+    for api in _step_apis(inv.precondition):  # a precondition on the iteration's optimizer steps
+        req.need_call(api, DESCRIBE_NONE, DESCRIBE_NONE)
+
+
+def _step_apis(clauses: Iterable[Any]) -> set[str]:
+    """The optimizer step APIs that clauses on ``steps`` name."""
+    out: set[str] = set()
+    for clause in clauses:
+        if clause.kind == ANY:
+            out |= _step_apis(clause.value)
+        elif clause.field == "steps":
+            values = clause.value if isinstance(clause.value, (tuple, list)) else (clause.value,)
+            out |= {api for value in values if isinstance(value, str) for api in value.split("+") if api}
+    return out

@@ -22,12 +22,17 @@ from traincheck_agent.inference.preconditions import (
     holds_all,
     with_condition,
 )
+from traincheck_agent.inference.relations import Needs
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import api_filter
+from traincheck_agent.policy.model import DESCRIBE_SUMMARY
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "ConsistentInputOutput"
 LEARNS_FROM = "API calls with tensor inputs and outputs"  # what its examples come from: said when it learns nothing
+ID_PREFIX = "io"  # of its invariants' ids
+SUBJECT_FIELDS = ("api", "dim")  # the subject fields it reads when it checks
+TRIAGE_KIND = "state"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
 READS = (KIND_CALL,)  # the record kinds its collector reads
 record_filter = api_filter  # checking: each example is one call of the invariant's API
 MIN_PASSING = 5
@@ -127,3 +132,7 @@ def violation(invariant: Invariant, ex: ShapeExample) -> dict[str, Any]:
             "message": f"{invariant.description}: got {list(ex.output_shape)} from an input of shape "
                        f"{list(ex.input_shape)} at step {ex.step} (dim {dim}: {ex.output_shape[dim]} vs "
                        f"{ex.input_shape[dim]})"}
+
+
+def needs(req: Needs, inv: Invariant) -> None:
+    req.need_call(inv.subject["api"], DESCRIBE_SUMMARY, DESCRIBE_SUMMARY)

@@ -27,12 +27,17 @@ from traincheck_agent.inference.preconditions import (
     ordered,
     with_condition,
 )
+from traincheck_agent.inference.relations import Needs
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import api_filter
+from traincheck_agent.policy.model import DESCRIBE_SUMMARY
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "ConsistentOutput"
 LEARNS_FROM = "API calls that return tensors"  # what its examples come from: said when it learns nothing
+ID_PREFIX = "co"  # of its invariants' ids
+SUBJECT_FIELDS = ("api", "property", "value")  # the subject fields it reads when it checks
+TRIAGE_KIND = "state"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
 READS = (KIND_CALL,)  # the record kinds its collector reads
 record_filter = api_filter  # checking: each example is one call of the invariant's API
 MIN_PASSING = 5
@@ -117,3 +122,7 @@ def violation(invariant: Invariant, ex: CallExample) -> dict[str, Any]:
     who = f"{ex.receiver} ({ex.api})" if ex.receiver else ex.api
     return {"step": ex.step, "api": ex.api, "variable": ex.receiver, "trace": ex.trace,
             "message": f"{invariant.description}: {who} returned {ex.dtype} at step {ex.step}"}
+
+
+def needs(req: Needs, inv: Invariant) -> None:
+    req.need_call(inv.subject["api"], DESCRIBE_SUMMARY, DESCRIBE_SUMMARY)

@@ -37,12 +37,16 @@ from traincheck_agent.inference.preconditions import (
     holds_all,
     with_condition,
 )
+from traincheck_agent.inference.relations import Needs
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_STATE
 
 RELATION = "VarPeriodicChange"
 LEARNS_FROM = "numeric state (such as the lr) recorded over several steps"  # what its examples come from: said when it learns nothing
+ID_PREFIX = "vp"  # of its invariants' ids
+SUBJECT_FIELDS = ("event", "vtype", "variable", "attribute", "period", "offset")  # the subject fields it reads when it checks
+TRIAGE_KIND = "state"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
 READS = (KIND_STATE,)  # the record kinds its collector reads
 MIN_CHANGES = 3  # changes a hypothesis must have seen, over all references
 MIN_CONSTANT_STEPS = 5  # recorded steps a constant must have been seen over
@@ -263,3 +267,18 @@ def violation(invariant: Invariant, ex: ChangeExample) -> dict[str, Any]:
         what = f"{ex.attribute} stayed {ex.before!r} {span}, where a change was expected at step {due}"
     return {"step": ex.step, "variable": ex.var, "trace": ex.trace,
             "message": f"{invariant.description}: {what}"}
+
+
+# Which state item records variables of a vtype; parameters are the rest.
+_ITEM_OF_VTYPE = {"param_group": "optimizer.hyperparams", "optimizer_settings": "optimizer.hyperparams",
+                  "optimizer_state": "optimizer.state", "buffer": "buffers"}
+
+
+def needs(req: Needs, inv: Invariant) -> None:
+    """The snapshot point's item that records its variable."""
+    point, vtype = inv.subject["event"], inv.subject["vtype"]
+    item = _ITEM_OF_VTYPE.get(vtype)
+    if item is None:  # a parameter class: its numeric framework attributes ride on its records
+        had = req.policy_items(point) & {"params.data", "params.grad"}
+        item = "params.data" if "params.data" in had or not had else "params.grad"
+    req.need_state(point, [item])

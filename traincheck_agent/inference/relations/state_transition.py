@@ -32,10 +32,15 @@ from traincheck_agent.inference.preconditions import (
     scoped,
     with_condition,
 )
+from traincheck_agent.inference.relations import Needs
+from traincheck_agent.policy.model import STATE_EVENTS
 from traincheck_agent.trace.schema import KIND_STATE
 
 RELATION = "StateTransition"
 LEARNS_FROM = "state snapshots around the calls that change it (optimizer.step, backward, zero_grad)"  # what its examples come from: said when it learns nothing
+ID_PREFIX = "st"  # of its invariants' ids
+SUBJECT_FIELDS = ("event", "attribute", "effect")  # the subject fields it reads when it checks
+TRIAGE_KIND = "state"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
 READS = (KIND_STATE,)  # the record kinds its collector reads
 MIN_PASSING = 5
 MIN_STEPS = 2
@@ -153,3 +158,24 @@ def violation(invariant: Invariant, ex: TransitionExample) -> dict[str, Any]:
     return {"step": ex.step, "variable": ex.var, "trace": ex.trace,
             "message": f"{invariant.description}: violated by {ex.var} at step {ex.step} "
                        f"({ex.attribute}: {ex.before_class} -> {ex.after_class}, {change})"}
+
+
+def needs(req: Needs, inv: Invariant) -> None:
+    """The ``before`` and ``after`` snapshots of its event, with what its precondition reads."""
+    event, attribute = inv.subject["event"], inv.subject["attribute"]
+    if event not in STATE_EVENTS:
+        raise ValueError(f"unknown event {event!r}")
+    before, after = f"before:{event}", f"after:{event}"
+    # An example pairs the two snapshots of one call: only items taken at both points count.
+    items = (req.items_for(before, attribute) & req.items_for(after, attribute)) or req.items_for(None, attribute)
+    req.need_state(before, items)
+    req.need_state(after, items)
+    # Preconditions read the class of other attributes before the call; a data update is judged
+    # against the grad's magnitude before it (an update below the data's resolution is undecided).
+    extra = {c.field.split(".", 1)[1] for c in inv.precondition if c.field.startswith("before.")}
+    if attribute == "data" and inv.subject.get("effect") == "changed":
+        extra.add("grad")
+        if event == "optimizer.step":  # and the learning rate the step used (its param groups)
+            req.need_state(after, ["optimizer.hyperparams"])
+    for other in sorted(extra):
+        req.need_state(before, req.items_for(before, other))

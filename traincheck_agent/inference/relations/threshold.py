@@ -32,11 +32,16 @@ from traincheck_agent.inference.preconditions import (
     holds_all,
     with_condition,
 )
+from traincheck_agent.inference.relations import Needs
 from traincheck_agent.inference.stream import Collector as StreamCollector
+from traincheck_agent.policy.model import DESCRIBE_SUMMARY
 from traincheck_agent.trace.schema import KIND_CALL
 
 RELATION = "Threshold"
 LEARNS_FROM = "API calls with a numeric argument and a tensor output"  # what its examples come from: said when it learns nothing
+ID_PREFIX = "th"  # of its invariants' ids
+SUBJECT_FIELDS = ("api", "property", "op", "argument")  # the subject fields it reads when it checks
+TRIAGE_KIND = "ordering"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
 READS = (KIND_CALL,)  # the record kinds its collector reads
 MIN_CALLS = 5
 MIN_BOUND_VALUES = 3
@@ -256,3 +261,7 @@ def violation(invariant: Invariant, ex: CallExample) -> dict[str, Any]:
     return {"step": ex.step, "api": ex.api, "variable": "", "trace": ex.trace,
             "message": f"{invariant.description}: got {prop} = {ex.property(prop)} with "
                        f"{arg} = {ex.bound(arg)} at step {ex.step}"}
+
+
+def needs(req: Needs, inv: Invariant) -> None:
+    req.need_call(inv.subject["api"], DESCRIBE_SUMMARY, DESCRIBE_SUMMARY)

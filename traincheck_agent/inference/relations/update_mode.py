@@ -17,12 +17,16 @@ from typing import Any, NamedTuple
 
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import enough_support
+from traincheck_agent.inference.relations import Needs
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_STATE
 
 RELATION = "UpdateMode"
 LEARNS_FROM = "optimizer steps with the mode of the model they update recorded"  # what its examples come from: said when it learns nothing
+ID_PREFIX = "um"  # of its invariants' ids
+SUBJECT_FIELDS = ("event", "model", "phase")  # the subject fields it reads when it checks
+TRIAGE_KIND = "context"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
 READS = (KIND_STATE,)  # the record kinds its collector reads
 EVENT = "optimizer.step"
 POINT = f"before:{EVENT}"
@@ -89,3 +93,8 @@ def violation(invariant: Invariant, ex: StepMode) -> dict[str, Any]:
     why = " (the model in eval mode, or grad disabled)" if ex.phase == "eval" else ""
     return {"step": ex.step, "api": EVENT, "variable": ex.model, "trace": ex.trace,
             "message": f"{invariant.description}: the step at step {ex.step} ran in phase {ex.phase}{why}"}
+
+
+def needs(req: Needs, inv: Invariant) -> None:
+    """The phase of the parameters' snapshot before the step."""
+    req.need_state("before:optimizer.step", req.items_for("before:optimizer.step", "data"))
