@@ -38,11 +38,11 @@ from traincheck_agent.check.requirements import (
     reduce_policy,
     requirements_for,
 )
+from traincheck_agent.errors import TrainCheckViolation, describe_violation
 from traincheck_agent.exception_text import exception_text
 from traincheck_agent.inference import relations
 from traincheck_agent.inference.invariant import Invariant, InvariantFileError, read_invariants
 from traincheck_agent.messages import debug, say, warn
-from traincheck_agent.terminal_text import visible
 
 if TYPE_CHECKING:
     from traincheck_agent.agent.trace_writer import TraceWriter
@@ -60,27 +60,6 @@ OnError = Callable[[str, BaseException], None]
 # An action runs at a safe point; it returns the exception to raise there, or ends the process.
 Action = Callable[[], BaseException | None]
 RequestAction = Callable[[Action], None]
-
-
-class TrainCheckViolation(RuntimeError):
-    """Raised into the training script (``TRAINCHECK_ACTION=raise``) when an invariant is
-    violated: at the next wrapped API call after the checker found it."""
-
-    def __init__(self, violation: dict[str, Any]) -> None:
-        self.violation = dict(violation)
-        self.invariant = str(violation.get("invariant", "?"))
-        self.step = violation.get("step")
-        super().__init__(describe_violation(violation))
-
-
-def describe_violation(violation: dict[str, Any]) -> str:
-    """``invariant <id> (<relation>) violated at step <n>: <what happened> [api ..., variable ...]``,
-    one line with control characters shown escaped (it ends up on a terminal, in a traceback)."""
-    text = str(violation.get("message", ""))
-    where = [f"{k} {violation[k]}" for k in ("api", "variable") if violation.get(k) and str(violation[k]) not in text]
-    suffix = f" [{', '.join(where)}]" if where else ""
-    return visible(f"invariant {violation.get('invariant', '?')} ({violation.get('relation', '?')}) violated at "
-                   f"step {violation.get('step')}: {text}{suffix}")
 
 
 # -------------------------------------------------------------------- start-up

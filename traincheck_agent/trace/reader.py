@@ -25,8 +25,9 @@ from traincheck_agent.trace.schema import (
 
 
 class _ReadingSession:
-    """State shared by the reads of one multi-pass job (inference reads each file once per
-    relation): bytes read go to ``progress``, and a torn last line is reported once."""
+    """State shared by the reads of one job over several files (inference reads each file once,
+    feeding every relation): bytes read go to ``progress``, and a torn last line is reported
+    once."""
 
     def __init__(self, progress: Callable[[int], None] | None) -> None:
         self.progress = progress
