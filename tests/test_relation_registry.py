@@ -32,3 +32,10 @@ def test_only_the_relations_asked_for_are_imported():
             "print(sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith(relations.__name__ + '.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['grad_applied']"
+
+
+def test_the_registry_functions_survive_every_module_being_imported():
+    relations.load()  # imports every relation module, cross_rank among them
+    assert relations.compares_ranks("CrossRankConsistent") and relations.compares_ranks("CrossRankValue")
+    assert not relations.compares_ranks("StateTransition") and not relations.compares_ranks("NoSuchRelation")
+    assert callable(relations.module) and callable(relations.load)

@@ -308,7 +308,7 @@ class CheckSink:
             self.start_process()
         here = self.invariants
         if self.process is not None:
-            here = [i for i in self.invariants if relations.cross_rank(i.relation)]
+            here = [i for i in self.invariants if relations.compares_ranks(i.relation)]
         self.checker = OnlineChecker(here, self._on_violation) if here else None
 
     def _settle_rank(self, records: list[dict]) -> None:
@@ -336,7 +336,7 @@ class CheckSink:
         if self.checker_kind != "process" or self.process is not None:
             return
         self.checker_kind = "thread"  # one try: a failure (or a later loss) is not retried
-        local = [i for i in self.invariants if not relations.cross_rank(i.relation)]
+        local = [i for i in self.invariants if not relations.compares_ranks(i.relation)]
         process = CheckerProcess(local, self._on_violation, self._on_process_error, self._on_process_lost)
         try:
             process.start()

@@ -123,7 +123,7 @@ def requirements_for(invariants: Iterable[Invariant], policy: Policy, world_size
     reason, the rest in ``checked``."""
     req = Requirements(policy)
     for inv in invariants:
-        if relations.cross_rank(inv.relation) and world_size is not None and world_size < 2:
+        if relations.compares_ranks(inv.relation) and world_size is not None and world_size < 2:
             req.skipped.setdefault(SINGLE_PROCESS, []).append(inv.id)
             continue
         found = relations.module(inv.relation)

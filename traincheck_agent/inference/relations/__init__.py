@@ -99,12 +99,9 @@ def load(names: Collection[str] | None = None) -> list[ModuleType]:
     return [importlib.import_module(f"{__name__}.{MODULES[name]}") for name in wanted]
 
 
-def cross_rank(name: str) -> bool:
-    """Whether relation ``name`` compares ranks (False for a name that is not a relation)."""
+def compares_ranks(name: str) -> bool:
+    """Whether relation ``name`` compares ranks (its module's ``CROSS_RANK``; False for a name
+    that is not a relation). Not ``cross_rank``: that is a relation module's name, and importing
+    it would replace the function in this package's namespace."""
     found = module(name)
     return bool(getattr(found, "CROSS_RANK", False))
-
-
-def cross_rank_names(names: Iterable[str] | None = None) -> frozenset[str]:
-    """The cross-rank relations among ``names`` (all relations when None)."""
-    return frozenset(n for n in (MODULES if names is None else names) if cross_rank(n))
