@@ -124,8 +124,8 @@ IN_LOOP = textwrap.dedent("""
     import torch
     from torch.utils.data import DataLoader
     from traincheck_agent.agent import runtime
-    from traincheck_agent.agent.state_probe import StateProbe
-    from traincheck_agent.check.agent_checker import CheckSink
+    from traincheck_agent.agent.record.state_probe import StateProbe
+    from traincheck_agent.agent.checking.check_mode import CheckSink
     example = runpy.run_path({example!r}, run_name="cnn_example")  # its classes, not its main()
     example["SmallCNN"].__module__ = "__main__"  # named as in the references, run as a script
     without = set(filter(None, sys.argv[1].split(",")))

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     html_file = args.source
     if args.source.is_dir():
-        from traincheck_agent.check.report import write_report
+        from traincheck_agent.report.html import write_report
 
         html_file = args.output.with_suffix(".html")
         write_report(args.source, html_file)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import PIPELINES, agent_env, read_traces, run_parallel, run_python
 
-from traincheck_agent.check.agent_checker import ABORT_EXIT_STATUS
+from traincheck_agent.agent.checking.check_mode import ABORT_EXIT_STATUS
 from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import read_invariants, write_invariants
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import PIPELINES, agent_env, run_python
 
-from traincheck_agent.check.triage import triage, variable_pattern
-from traincheck_agent.check.violations import ViolationLog, format_line, violation_record
 from traincheck_agent.inference.invariant import read_invariants
+from traincheck_agent.report.triage import triage, variable_pattern
+from traincheck_agent.report.violations import ViolationLog, format_line, violation_record
 
 MLP = str(PIPELINES / "mlp_train.py")
 REQUIRED = ("timestamp", "severity", "rank", "step", "invariant", "relation", "message", "evidence")

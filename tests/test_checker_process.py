@@ -16,8 +16,8 @@ import orjson
 import pytest
 from conftest import MLP, agent_env, collect_mlp, read_traces, run_python
 
-from traincheck_agent.check.agent_checker import CheckSink
-from traincheck_agent.check.checker_worker import serve
+from traincheck_agent.agent.checking.check_mode import CheckSink
+from traincheck_agent.agent.checking.checker_worker import serve
 from traincheck_agent.check.online import OnlineChecker
 from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import Invariant, write_invariants
@@ -182,7 +182,7 @@ def test_settings_choose_the_checker_and_the_hand_over_interval(capsys):
     ({"OMP_NUM_THREADS": "zero"}, 4, False),  # unreadable: torch's default
 ])
 def test_auto_checker_takes_a_process_only_where_a_core_is_left_over(env, cores, spare):
-    from traincheck_agent.check.checker_process import spare_core
+    from traincheck_agent.agent.checking.checker_process import spare_core
 
     assert spare_core(env, cores=cores) is spare
 

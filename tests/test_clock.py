@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traincheck_agent.agent.clock import TrainingClock
+from traincheck_agent.agent.record.clock import TrainingClock
 
 
 class Optimizer:

@@ -265,7 +265,7 @@ def test_boolean_defaults_are_recorded():
     import torch
     import torch.nn.functional as F
 
-    from traincheck_agent.agent.descriptors import arg_signature, describe_args
+    from traincheck_agent.agent.record.descriptors import arg_signature, describe_args
     from traincheck_agent.policy.model import DESCRIBE_SUMMARY
 
     signature = arg_signature(F.dropout, False)
@@ -532,7 +532,7 @@ def test_an_optimizer_that_may_skip_an_update_is_scoped_apart():
 def test_a_wrong_context_ranks_before_what_it_changed():
     """An escaped block: its layers ran with autocast off (one group, whatever their classes),
     and the block returned float32 (a consequence at the same step)."""
-    from traincheck_agent.check.triage import triage
+    from traincheck_agent.report.triage import triage
 
     def record(relation, api, variable):
         return {"invariant": f"{relation}-{api}", "relation": relation, "step": 0, "api": api,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from conftest import PIPELINES, agent_env, run_parallel, run_python
 
 from traincheck_agent.agent import runtime
-from traincheck_agent.agent.descriptors import describe
+from traincheck_agent.agent.record.descriptors import describe
 from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import write_invariants
 from traincheck_agent.policy.model import DESCRIBE_SUMMARY as SUMMARY

@@ -115,7 +115,7 @@ def assert_one_line(proc: subprocess.CompletedProcess[str], prefix: str) -> None
 def test_wheel_holds_hook_at_top_level(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     assert set(HOOK_FILES) <= names
-    assert "traincheck_agent/agent/process_role.py" in names
+    assert "traincheck_agent/agent/process/role.py" in names
     assert not any(name.startswith("sitecustomize_pkg/") for name in names)
 
 

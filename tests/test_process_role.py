@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from traincheck_agent.agent.process_role import ProcessRole, classify
+from traincheck_agent.agent.process.role import ProcessRole, classify
 
 REPO = Path(__file__).resolve().parents[1]
 PY = "/venv/bin/python"
@@ -282,7 +282,7 @@ def test_this_pytest_process_is_training() -> None:
 
 RECORDER = """
 import json, os, sys
-from traincheck_agent.agent.process_role import classify
+from traincheck_agent.agent.process.role import classify
 role, reason = classify()
 with open(os.path.join(os.environ["ROLE_LOG_DIR"], f"{os.getpid()}.json"), "w") as f:
     json.dump({"role": role.name, "reason": reason, "argv": sys.orig_argv}, f)

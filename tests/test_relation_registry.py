@@ -18,7 +18,7 @@ def test_every_relation_module_declares_its_facts():
         module = relations.module(name)
         missing = [attr for attr in REQUIRED if not hasattr(module, attr)]
         assert not missing, (name, missing)
-        assert module.RELATION == name
+        assert name == module.RELATION
         assert module.TRIAGE_KIND in TRIAGE_KINDS[:-1]
         assert module.SUBJECT_FIELDS and all(isinstance(f, str) for f in module.SUBJECT_FIELDS)
         prefixes.add(module.ID_PREFIX)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import PIPELINES, agent_env, run_python
 
-from traincheck_agent.check.violations import ViolationLog, violation_record
+from traincheck_agent.report.violations import ViolationLog, violation_record
 
 MLP = str(PIPELINES / "mlp_train.py")
 

@@ -13,7 +13,7 @@ import json
 import pytest
 from conftest import PIPELINES, agent_env, read_traces, run_parallel
 
-from traincheck_agent.agent.compiled_regions import NOTICE
+from traincheck_agent.agent.record.compiled_regions import NOTICE
 from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import read_invariants, write_invariants
 

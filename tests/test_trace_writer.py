@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from traincheck_agent.agent.trace_writer import STEP_BATCH_MIN, TraceWriter
+from traincheck_agent.agent.record.trace_writer import STEP_BATCH_MIN, TraceWriter
 from traincheck_agent.trace.reader import EmptyTraceError, TraceFile, find_trace_files
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,7 +50,7 @@ def _script(body: str, prelude: bool = True) -> str:
         """
         import os, signal, sys, time
         from pathlib import Path
-        from traincheck_agent.agent.trace_writer import TraceWriter, install_flush_on_exit
+        from traincheck_agent.agent.record.trace_writer import TraceWriter, install_flush_on_exit
         out = Path(sys.argv[1])
         def rec(i, **kw):
             return {"kind": "call", "api": "torch.add", "id": i, "step": i, "phase": "train", **kw}

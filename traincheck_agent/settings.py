@@ -148,7 +148,7 @@ class Settings(NamedTuple):
     action: str = "log"
     check_trace: bool = False
     # Where the online checker runs: a child process, a thread of this one, or "auto" (a child
-    # process when a core is left over, see check.checker_process.spare_core).
+    # process when a core is left over, see agent.checking.checker_process.spare_core).
     checker: str = "auto"
     # Where parsed policy files are kept between processes (policy.parse_cache); None: nowhere.
     cache_dir: Path | None = None

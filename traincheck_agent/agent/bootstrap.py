@@ -25,7 +25,7 @@ import wrapt
 
 import traincheck_agent
 from traincheck_agent.agent import runtime
-from traincheck_agent.agent.process_role import ProcessRole, classify
+from traincheck_agent.agent.process.role import ProcessRole, classify
 from traincheck_agent.exception_text import exception_text
 from traincheck_agent.messages import debug, warn
 from traincheck_agent.policy import load_policies
@@ -52,7 +52,7 @@ def _run_waiting() -> None:
 
 
 def _header(settings: Settings, policy_sources: tuple[str, ...], policy_digest: str) -> dict[str, Any]:
-    from traincheck_agent.agent.dist_info import process_facts
+    from traincheck_agent.agent.process.dist_info import process_facts
 
     versions = {"python": platform.python_version(), "agent": traincheck_agent.__version__}
     for name in ("torch", "deepspeed", "accelerate", "transformers"):
@@ -98,7 +98,7 @@ def _on_torch_imported(_module: Any) -> None:
     if rt is None:
         return
     try:
-        from traincheck_agent.agent.torch_probes import install_core_probes
+        from traincheck_agent.agent.integrations.torch import install_core_probes
 
         install_core_probes(rt.policy)
     except Exception as exc:
@@ -157,7 +157,7 @@ def start(mode: str) -> None:
 
     check = None
     if mode == "check":
-        from traincheck_agent.check.agent_checker import CLOSE_TIMEOUT_S, prepare_check
+        from traincheck_agent.agent.checking.check_mode import CLOSE_TIMEOUT_S, prepare_check
 
         check = prepare_check(settings, policy)
         if check is None:  # the warning said why
@@ -168,8 +168,8 @@ def start(mode: str) -> None:
         else:
             check.sink.start_process()
 
-    from traincheck_agent.agent.clock import TrainingClock
-    from traincheck_agent.agent.trace_writer import TraceWriter, install_flush_on_exit
+    from traincheck_agent.agent.record.clock import TrainingClock
+    from traincheck_agent.agent.record.trace_writer import TraceWriter, install_flush_on_exit
 
     sources, digest = policy.sources, policy.digest
     writer = TraceWriter(
@@ -190,9 +190,10 @@ def start(mode: str) -> None:
         # The registry and the probe need torch; build them once it is imported.
         # Import every agent module that needs torch *before* activating: importing them can
         # finish imports that fire other post-import hooks, which must find them complete.
-        from traincheck_agent.agent import policy_patcher, torch_probes  # noqa: F401
-        from traincheck_agent.agent.model_registry import ModelRegistry
-        from traincheck_agent.agent.state_probe import StateProbe
+        from traincheck_agent.agent import policy_patcher  # noqa: F401
+        from traincheck_agent.agent.integrations import torch as _torch_integration  # noqa: F401
+        from traincheck_agent.agent.record.model_registry import ModelRegistry
+        from traincheck_agent.agent.record.state_probe import StateProbe
 
         clock = TrainingClock()
         registry = ModelRegistry()
@@ -210,11 +211,11 @@ def start(mode: str) -> None:
     os.register_at_fork(after_in_child=_after_fork_in_child)
     atexit.register(_debug_figures, mode)
     wrapt.register_post_import_hook(activate_with_torch, "torch")
-    on_distributed = _probes_on_import("traincheck_agent.agent.torch_probes", "install_distributed_probes")
+    on_distributed = _probes_on_import("traincheck_agent.agent.integrations.torch", "install_distributed_probes")
     wrapt.register_post_import_hook(on_distributed, "torch.distributed")
     wrapt.register_post_import_hook(on_distributed, "torch.nn.parallel")
     # Before the policies' hooks: the engine's step is a core probe, whatever a policy wraps.
-    wrapt.register_post_import_hook(_probes_on_import("traincheck_agent.agent.deepspeed_probes", "install_engine_probes"),
+    wrapt.register_post_import_hook(_probes_on_import("traincheck_agent.agent.integrations.deepspeed", "install_engine_probes"),
                                     "deepspeed.runtime.engine")
     from traincheck_agent.agent.policy_patcher import install_policy_hooks
 

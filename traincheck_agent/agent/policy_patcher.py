@@ -90,8 +90,8 @@ def _named_candidates(module: types.ModuleType, rule: ApiRule) -> Iterator[tuple
 
 def apply_rules(module: types.ModuleType, rules: list[ApiRule], policy: Policy) -> int:
     """Wrap what ``rules`` select in ``module``; return how many attributes were wrapped."""
-    from traincheck_agent.agent.call_recorder import make_call_wrapper  # needs torch
-    from traincheck_agent.agent.framework_hooks import AFTER_CALL
+    from traincheck_agent.agent.integrations.entry_points import AFTER_CALL
+    from traincheck_agent.agent.record.call_recorder import make_call_wrapper  # needs torch
 
     wrapped = 0
     with warnings.catch_warnings():

@@ -20,10 +20,10 @@ from traincheck_agent.messages import debug, warn, warn_once
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from traincheck_agent.agent.clock import TrainingClock
-    from traincheck_agent.agent.model_registry import ModelRegistry
-    from traincheck_agent.agent.state_probe import StateProbe
-    from traincheck_agent.agent.trace_writer import TraceWriter
+    from traincheck_agent.agent.record.clock import TrainingClock
+    from traincheck_agent.agent.record.model_registry import ModelRegistry
+    from traincheck_agent.agent.record.state_probe import StateProbe
+    from traincheck_agent.agent.record.trace_writer import TraceWriter
     from traincheck_agent.check.requirements import CallSelection
     from traincheck_agent.policy import Policy
     from traincheck_agent.settings import Settings

@@ -86,7 +86,7 @@ def _run_of(rank: int, violation: dict[str, Any],
 
 
 def _clear_old(out: Path) -> None:
-    from traincheck_agent.check.violations import VIOLATIONS_GLOB
+    from traincheck_agent.report.violations import VIOLATIONS_GLOB
 
     for old in out.glob(VIOLATIONS_GLOB):
         if old.is_file():
@@ -94,13 +94,13 @@ def _clear_old(out: Path) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from traincheck_agent.check.triage import triage
-    from traincheck_agent.check.violations import ViolationLog, coverage_record, violation_record
     from traincheck_agent.cli.progress import ProgressBar
     from traincheck_agent.inference.coverage import Coverage
     from traincheck_agent.inference.engine import check_offline
     from traincheck_agent.inference.invariant import InvariantFileError
     from traincheck_agent.output_files import make_output_dir
+    from traincheck_agent.report.triage import triage
+    from traincheck_agent.report.violations import ViolationLog, coverage_record, violation_record
     from traincheck_agent.trace.reader import TraceFormatError, find_trace_files
 
     try:
@@ -179,7 +179,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 def print_groups(groups: list[Any], out: TextIO, limit: int = GROUPS_SHOWN) -> None:
     """The ranked groups, likely root cause first, a few lines each."""
-    from traincheck_agent.check.violations import what_happened
+    from traincheck_agent.report.violations import what_happened
 
     write_line(out, "groups, likely root cause first:")
     for number, group in enumerate(groups[:limit], start=1):

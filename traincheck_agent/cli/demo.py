@@ -72,9 +72,9 @@ def run_check(script: Path, out_dir: Path, inv_file: Path, script_args: list[str
 
 
 def show_groups(checked: Path, report: Path) -> int:
-    from traincheck_agent.check.report import read_violations, write_report
-    from traincheck_agent.check.triage import triage
     from traincheck_agent.cli.check_cmd import print_groups
+    from traincheck_agent.report.html import read_violations, write_report
+    from traincheck_agent.report.triage import triage
 
     records, _ = read_violations(checked)
     if not records:

@@ -30,7 +30,7 @@ def add_parser(commands: Any) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from traincheck_agent.check.report import SkippedRecords, ViolationFileError, write_report
+    from traincheck_agent.report.html import SkippedRecords, ViolationFileError, write_report
 
     output = args.output
     if output is None:

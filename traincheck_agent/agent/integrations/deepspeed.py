@@ -15,15 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from traincheck_agent.agent.call_recorder import CallContext, make_call_wrapper
-from traincheck_agent.agent.patching import wrap_attribute
-from traincheck_agent.agent.torch_probes import (
+from traincheck_agent.agent.integrations.torch import (
     _rt,
     begin_training_step,
     end_training_step,
     enter_skippable,
     leave_skippable,
 )
+from traincheck_agent.agent.patching import wrap_attribute
+from traincheck_agent.agent.record.call_recorder import CallContext, make_call_wrapper
 from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY
 
 ENGINE_STEP = "deepspeed.runtime.engine.DeepSpeedEngine.step"

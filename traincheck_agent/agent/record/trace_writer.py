@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import orjson
 
 from traincheck_agent import faults
-from traincheck_agent.agent.process_hooks import (
+from traincheck_agent.agent.process.hooks import (
     SIGTERM_FLUSH_TIMEOUT_S,
     arm_sigterm_flush,
     install_flush_on_exit,

@@ -16,12 +16,12 @@ import torch
 import wrapt
 
 from traincheck_agent.agent import runtime
-from traincheck_agent.agent.api_names import defining_class, public_class_name
-from traincheck_agent.agent.call_recorder import CallContext, make_call_wrapper
-from traincheck_agent.agent.compiled_regions import is_compiled_module, watch_compilation
-from traincheck_agent.agent.descriptors import note_parameter
-from traincheck_agent.agent.naming import first_user_frame
 from traincheck_agent.agent.patching import is_traced, wrap_attribute
+from traincheck_agent.agent.record.api_names import defining_class, public_class_name
+from traincheck_agent.agent.record.call_recorder import CallContext, make_call_wrapper
+from traincheck_agent.agent.record.compiled_regions import is_compiled_module, watch_compilation
+from traincheck_agent.agent.record.descriptors import note_parameter
+from traincheck_agent.agent.record.naming import first_user_frame
 from traincheck_agent.agent.runtime import SYNC_CHECK_TIMEOUT_S
 from traincheck_agent.fingerprint import fingerprint_tensors
 from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY, Policy
@@ -297,7 +297,7 @@ def _ddp_init_after(ctx: CallContext) -> None:
 
 def _init_process_group_after(ctx: CallContext) -> None:
     if ctx.exc is None:
-        from traincheck_agent.agent.dist_info import distributed_update
+        from traincheck_agent.agent.process.dist_info import distributed_update
 
         rt = _rt()
         rt.emit(distributed_update())

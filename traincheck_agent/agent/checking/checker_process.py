@@ -29,7 +29,7 @@ import orjson
 
 import traincheck_agent
 from traincheck_agent import faults
-from traincheck_agent.agent.trace_writer import write_all
+from traincheck_agent.agent.record.trace_writer import write_all
 from traincheck_agent.inference.invariant import Invariant
 
 OnViolation = Callable[[dict[str, Any]], None]
@@ -94,7 +94,7 @@ class CheckerProcess:
         if not executable:
             raise OSError("no Python executable to start the checker with")
         self.proc = subprocess.Popen(
-            [executable, "-m", "traincheck_agent.check.checker_worker"],
+            [executable, "-m", "traincheck_agent.agent.checking.checker_worker"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env(), bufsize=0,
         )
         assert self.proc.stdin is not None

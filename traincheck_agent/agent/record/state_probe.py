@@ -16,10 +16,10 @@ import torch
 
 from traincheck_agent import faults
 from traincheck_agent.agent import runtime
-from traincheck_agent.agent.clock import TrainingClock
-from traincheck_agent.agent.descriptors import device_name, dtype_name
-from traincheck_agent.agent.model_registry import ModelRegistry
-from traincheck_agent.agent.process_groups import GroupWatch
+from traincheck_agent.agent.process.groups import GroupWatch
+from traincheck_agent.agent.record.clock import TrainingClock
+from traincheck_agent.agent.record.descriptors import device_name, dtype_name
+from traincheck_agent.agent.record.model_registry import ModelRegistry
 from traincheck_agent.fingerprint import fingerprint_tensors
 from traincheck_agent.policy.model import Policy, StateRule
 from traincheck_agent.trace.schema import KIND_STATE

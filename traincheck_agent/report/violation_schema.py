@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traincheck_agent.check.violations import COVERAGE_EVENT
+from traincheck_agent.report.violations import COVERAGE_EVENT
 
 MAX_DEPTH = 32  # records nest 5 levels at most; Python's JSON writer recurses per level
 

@@ -18,7 +18,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from traincheck_agent.agent.trace_writer import TraceWriter
+    from traincheck_agent.agent.record.trace_writer import TraceWriter
 
 # Bound on the time the SIGTERM handler spends flushing before the process dies as it would have.
 SIGTERM_FLUSH_TIMEOUT_S = 3.0

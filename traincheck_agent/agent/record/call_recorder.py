@@ -27,15 +27,15 @@ import torch
 
 from traincheck_agent import faults
 from traincheck_agent.agent import runtime
-from traincheck_agent.agent.compiled_regions import in_compiled_region
-from traincheck_agent.agent.descriptors import (
+from traincheck_agent.agent.patching import TracedFunction  # noqa: F401  (re-export)
+from traincheck_agent.agent.record.compiled_regions import in_compiled_region
+from traincheck_agent.agent.record.descriptors import (
     NO_SIGNATURE,
     ArgSignature,
     arg_signature,
     describe,
     describe_args,
 )
-from traincheck_agent.agent.patching import TracedFunction  # noqa: F401  (re-export)
 from traincheck_agent.policy.model import DESCRIBE_NONE
 from traincheck_agent.trace.initialisers import initialises
 from traincheck_agent.trace.schema import KIND_CALL

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from traincheck_agent.agent.builtin_views import builtin_items, builtin_len, key_text
+from traincheck_agent.agent.record.builtin_views import builtin_items, builtin_len, key_text
 from traincheck_agent.exception_text import class_name
 from traincheck_agent.fingerprint import fingerprint_tensor
 from traincheck_agent.policy.model import DESCRIBE_FINGERPRINT, DESCRIBE_NONE

@@ -1,6 +1,6 @@
-"""The checker process of check mode: ``python -m traincheck_agent.check.checker_worker``.
+"""The checker process of check mode: ``python -m traincheck_agent.agent.checking.checker_worker``.
 
-Started by :class:`~traincheck_agent.check.checker_process.CheckerProcess` from the training
+Started by :class:`~traincheck_agent.agent.checking.checker_process.CheckerProcess` from the training
 process, which stays the only one that logs, prints and acts; this process only judges. It runs
 the same :class:`~traincheck_agent.check.online.OnlineChecker` as the in-process checker, on its
 own interpreter lock, so checking never competes with the training thread for the parent's.

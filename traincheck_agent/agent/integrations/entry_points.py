@@ -14,9 +14,9 @@ from typing import Any
 import torch
 
 from traincheck_agent.agent import runtime
-from traincheck_agent.agent.builtin_views import builtin_items
-from traincheck_agent.agent.call_recorder import CallContext
-from traincheck_agent.agent.naming import first_user_frame
+from traincheck_agent.agent.record.builtin_views import builtin_items
+from traincheck_agent.agent.record.call_recorder import CallContext
+from traincheck_agent.agent.record.naming import first_user_frame
 from traincheck_agent.policy.model import FRAMEWORK_ENTRY_POINTS
 
 

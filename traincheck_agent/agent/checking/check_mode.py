@@ -6,7 +6,7 @@ process, drains it itself at the end of each training step; the writer's backgro
 on what is recorded between steps. Either way the records reach :class:`CheckSink` header first
 and in order; it feeds the
 :class:`~traincheck_agent.check.online.OnlineChecker` and writes each violation through a
-:class:`~traincheck_agent.check.violations.ViolationLog` (``violations-<rank>.jsonl`` + one
+:class:`~traincheck_agent.report.violations.ViolationLog` (``violations-<rank>.jsonl`` + one
 ``[traincheck]`` line on stderr). At exit the writer closes the sink: the checker finishes, the
 log is closed and one summary line is printed.
 
@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from traincheck_agent import faults
-from traincheck_agent.agent.dist_info import launcher_facts
-from traincheck_agent.check.checker_process import CheckerProcess, spare_core
+from traincheck_agent.agent.checking.checker_process import CheckerProcess, spare_core
+from traincheck_agent.agent.process.dist_info import launcher_facts
 from traincheck_agent.check.requirements import (
     SINGLE_PROCESS,
     CallSelection,
@@ -45,7 +45,7 @@ from traincheck_agent.inference.invariant import Invariant, InvariantFileError, 
 from traincheck_agent.messages import debug, say, warn
 
 if TYPE_CHECKING:
-    from traincheck_agent.agent.trace_writer import TraceWriter
+    from traincheck_agent.agent.record.trace_writer import TraceWriter
     from traincheck_agent.policy import Policy
     from traincheck_agent.settings import Settings
 
@@ -276,7 +276,7 @@ class CheckSink:
                 coverage.merge(self.checker.coverage.to_json())
             self.coverage = coverage
             if coverage.totals()[1] and self.log is not None:
-                from traincheck_agent.check.violations import coverage_record
+                from traincheck_agent.report.violations import coverage_record
 
                 self.log.stats(coverage_record(coverage.to_json(), coverage.summary(self.by_id), rank=self.rank,
                                                run_id=self.run_id, host=self.host))
@@ -294,7 +294,7 @@ class CheckSink:
 
     def _start(self, header: dict) -> None:
         from traincheck_agent.check.online import OnlineChecker
-        from traincheck_agent.check.violations import ViolationLog
+        from traincheck_agent.report.violations import ViolationLog
 
         if header.get("kind") != "header":
             raise ValueError(f"the first record is a {header.get('kind')!r} record, not the header")
@@ -319,7 +319,7 @@ class CheckSink:
                     and record["world_size"] > 1 and isinstance(record.get("rank"), int):
                 self._rank_unsettled = False
                 if record["rank"] != self.rank and not self.log.counts:
-                    from traincheck_agent.check.violations import ViolationLog
+                    from traincheck_agent.report.violations import ViolationLog
 
                     self.rank = record["rank"]
                     self.log = ViolationLog(self.out_dir, self.rank)
@@ -382,7 +382,7 @@ class CheckSink:
     def _report(self, violation: dict[str, Any]) -> None:
         invariant_id = str(violation.get("invariant") or "")
         try:
-            from traincheck_agent.check.violations import violation_record
+            from traincheck_agent.report.violations import violation_record
 
             self.violations += 1
             # A record without an invariant (a rank missing from the cross-rank exchange) is
@@ -469,7 +469,7 @@ class CheckSink:
 
     def _likely_cause(self) -> str:
         """The top-ranked group of the first violations, as ``traincheck report`` would rank it."""
-        from traincheck_agent.check.triage import triage
+        from traincheck_agent.report.triage import triage
 
         groups = triage(self.records, self.by_id)
         if not groups:

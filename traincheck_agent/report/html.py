@@ -17,11 +17,11 @@ from typing import Any
 
 import orjson
 
-from traincheck_agent.check.triage import Group, triage
-from traincheck_agent.check.violation_schema import record_problem
-from traincheck_agent.check.violations import COVERAGE_EVENT, VIOLATIONS_GLOB, what_happened
 from traincheck_agent.messages import warn
 from traincheck_agent.output_files import make_output_dir
+from traincheck_agent.report.triage import Group, triage
+from traincheck_agent.report.violation_schema import record_problem
+from traincheck_agent.report.violations import COVERAGE_EVENT, VIOLATIONS_GLOB, what_happened
 
 MAX_BINS = 120
 MAX_ROWS_PER_GROUP = 200

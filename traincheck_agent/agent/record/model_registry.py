@@ -16,7 +16,12 @@ from typing import Any
 
 import torch
 
-from traincheck_agent.agent.naming import NameBook, binding_name, class_based_name, owner_attributes
+from traincheck_agent.agent.record.naming import (
+    NameBook,
+    binding_name,
+    class_based_name,
+    owner_attributes,
+)
 
 WRAPPER_ATTRS = ("module", "_orig_mod")
 WRAPPER_CLASS_NAMES = {
