@@ -55,7 +55,7 @@ def _header(settings: Settings, policy_sources: tuple[str, ...], policy_digest: 
     from traincheck_agent.agent.process.dist_info import process_facts
 
     versions = {"python": platform.python_version(), "agent": traincheck_agent.__version__}
-    for name in ("torch", "deepspeed", "accelerate", "transformers"):
+    for name in VERSIONS_REPORTED:
         mod = sys.modules.get(name)
         if mod is not None:
             versions[name] = getattr(mod, "__version__", "?")
@@ -93,34 +93,35 @@ def _after_fork_in_child() -> None:
         rt.worker_check_pending = True
 
 
-def _on_torch_imported(_module: Any) -> None:
-    rt = runtime.current
-    if rt is None:
+# The framework integrations (``agent.integrations``): each module's ``install(module)`` runs
+# once the agent is active, when any of the modules listed for it finishes importing. torch's
+# own runs first, when the runtime is built; the others are registered before the policies'
+# hooks, so that their core probes are the outermost wrappers whatever a policy lists.
+INTEGRATIONS: dict[str, tuple[str, ...]] = {
+    "distributed": ("torch.distributed", "torch.nn.parallel"),
+    "deepspeed": ("deepspeed", "deepspeed.runtime.engine"),
+    "accelerate": ("accelerate.accelerator",),
+}
+VERSIONS_REPORTED = ("torch", "deepspeed", "accelerate", "transformers")
+
+
+def _install_integration(name: str, module: Any) -> None:
+    """Run integration ``name``'s ``install(module)``; a failure of torch's switches the agent
+    off (nothing can be recorded without it), any other is one warning."""
+    if runtime.current is None:
         return
     try:
-        from traincheck_agent.agent.integrations.torch import install_core_probes
-
-        install_core_probes(rt.policy)
+        importlib.import_module(f"traincheck_agent.agent.integrations.{name}").install(module)
     except Exception as exc:
-        runtime.deactivate(f"cannot instrument torch ({exception_text(exc)})")
+        if name == "torch":
+            runtime.deactivate(f"cannot instrument torch ({exception_text(exc)})")
+        else:
+            warn(f"cannot instrument {module.__name__} ({exception_text(exc)})")
 
 
-def _probes_on_import(probes_module: str, installer: str) -> Callable[[Any], None]:
-    """A post-import hook that runs ``probes_module.installer(module)`` once the agent is active
-    (the probes need torch); a failure is one warning, and the rest of the agent carries on."""
-
-    def on_import(module: Any) -> None:
-        def install() -> None:
-            if runtime.current is None:
-                return
-            try:
-                getattr(importlib.import_module(probes_module), installer)(module)
-            except Exception as exc:
-                warn(f"cannot instrument {module.__name__} ({exception_text(exc)})")
-
-        when_active(install)
-
-    return on_import
+def _on_import(name: str) -> Callable[[Any], None]:
+    """A post-import hook that installs integration ``name`` once the agent is active."""
+    return lambda module: when_active(lambda: _install_integration(name, module))
 
 
 def _debug_figures(mode: str) -> None:
@@ -198,25 +199,21 @@ def start(mode: str) -> None:
         clock = TrainingClock()
         registry = ModelRegistry()
         probe = StateProbe(policy, registry, clock, writer.emit)
-        rt = runtime.Runtime(settings, policy, writer, clock, registry, probe)
-        rt.worker_check_pending = role is ProcessRole.SPAWN_CHILD
-        if check is not None:
-            rt.selection = check.selection
-            rt.sync_check = settings.action != "log"
-            rt.check_at_step_end = check.sink.checker_kind == "thread"
+        switches = None if check is None else runtime.CheckSwitches(
+            check.selection, sync_check=settings.action != "log",
+            check_at_step_end=check.sink.checker_kind == "thread")
+        rt = runtime.Runtime(settings, policy, writer, clock, registry, probe, switches,
+                             worker_check_pending=role is ProcessRole.SPAWN_CHILD)
         runtime.activate(rt)
-        _on_torch_imported(torch_module)
+        _install_integration("torch", torch_module)
         _run_waiting()
 
     os.register_at_fork(after_in_child=_after_fork_in_child)
     atexit.register(_debug_figures, mode)
     wrapt.register_post_import_hook(activate_with_torch, "torch")
-    on_distributed = _probes_on_import("traincheck_agent.agent.integrations.torch", "install_distributed_probes")
-    wrapt.register_post_import_hook(on_distributed, "torch.distributed")
-    wrapt.register_post_import_hook(on_distributed, "torch.nn.parallel")
-    # Before the policies' hooks: the engine's step is a core probe, whatever a policy wraps.
-    wrapt.register_post_import_hook(_probes_on_import("traincheck_agent.agent.integrations.deepspeed", "install_engine_probes"),
-                                    "deepspeed.runtime.engine")
+    for name, modules in INTEGRATIONS.items():
+        for module_name in modules:
+            wrapt.register_post_import_hook(_on_import(name), module_name)
     from traincheck_agent.agent.policy_patcher import install_policy_hooks
 
     install_policy_hooks(policy, when_active)

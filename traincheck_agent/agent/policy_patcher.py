@@ -90,7 +90,6 @@ def _named_candidates(module: types.ModuleType, rule: ApiRule) -> Iterator[tuple
 
 def apply_rules(module: types.ModuleType, rules: list[ApiRule], policy: Policy) -> int:
     """Wrap what ``rules`` select in ``module``; return how many attributes were wrapped."""
-    from traincheck_agent.agent.integrations.entry_points import AFTER_CALL
     from traincheck_agent.agent.record.call_recorder import make_call_wrapper  # needs torch
 
     wrapped = 0
@@ -98,7 +97,7 @@ def apply_rules(module: types.ModuleType, rules: list[ApiRule], policy: Policy) 
         # Touching deprecated module attributes while enumerating must not warn the user.
         warnings.simplefilter("ignore")
         for rule in rules:
-            wrapped += _apply_rule(module, rule, policy, make_call_wrapper, AFTER_CALL)
+            wrapped += _apply_rule(module, rule, policy, make_call_wrapper)
     return wrapped
 
 
@@ -107,7 +106,6 @@ def _apply_rule(
     rule: ApiRule,
     policy: Policy,
     make_call_wrapper: Callable[..., Any],
-    after_call: dict[str, Any],
 ) -> int:
     wrapped = 0
     matched: set[str] = set()
@@ -131,7 +129,6 @@ def _apply_rule(
                 returns_level=rule.returns,
                 func_for_names=func,
                 is_method=inspect.isclass(owner) and not isinstance(target, staticmethod),
-                after=after_call.get(full_name),
                 describe_self=attr != "__init__",  # the object is not built yet
             )
             if wrap_attribute(owner, attr, wrapper):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from traincheck_agent import faults
@@ -54,12 +55,28 @@ def next_call_id() -> int:
     return next(_call_ids)
 
 
+@dataclass(frozen=True)
+class CheckSwitches:
+    """What check mode changes in the wrappers' behaviour (collect mode has none)."""
+
+    # Which calls are recorded, and at which detail (collect mode: what the policy says).
+    selection: CallSelection
+    # Raise / abort: run the checker at the end of every outermost call, so that the action a
+    # violation asks for runs at the next safe point (a wrapped call's entry).
+    sync_check: bool
+    # The checker runs in this process: the training thread feeds it each step's records at the
+    # step's end. Handing them to the writer's thread instead costs more: the two threads trade
+    # the interpreter lock, and the checker thread takes a core from torch's.
+    check_at_step_end: bool
+
+
 class Runtime:
     """The active agent of this process: its settings, policy, writer, clock, registry and
     probe, and the check-mode switches the wrappers read on every call."""
 
     def __init__(self, settings: Settings, policy: Policy, writer: TraceWriter, clock: TrainingClock,
-                 registry: ModelRegistry, probe: StateProbe) -> None:
+                 registry: ModelRegistry, probe: StateProbe, check: CheckSwitches | None = None,
+                 worker_check_pending: bool = False) -> None:
         self.settings = settings
         self.policy = policy
         self.writer = writer
@@ -68,18 +85,14 @@ class Runtime:
         self.probe = probe
         self.pid = os.getpid()
         # Set in processes that may turn out to be DataLoader workers (fork or spawn children).
-        self.worker_check_pending = False
+        self.worker_check_pending = worker_check_pending
         self.errors = 0
         self._error_lock = ForkSafeLock()
-        # Check mode: which calls are recorded (None in collect mode: what the policy says).
-        self.selection: CallSelection | None = None
-        # Check mode with raise / abort: run the checker at the end of every outermost call, and
-        # the action a violation asked for, run at the next safe point (a wrapped call's entry).
-        self.sync_check = False
-        # Check mode with the checker in this process: the training thread feeds it each step's
-        # records at the step's end. Handing them to the writer's thread instead costs more: the
-        # two threads trade the interpreter lock, and the checker thread takes a core from torch's.
-        self.check_at_step_end = False
+        # Read by the wrappers on every call: plain attributes, copied from ``check``.
+        self.selection: CallSelection | None = check.selection if check else None
+        self.sync_check = check.sync_check if check else False
+        self.check_at_step_end = check.check_at_step_end if check else False
+        # The action a violation asked for (raise / abort), run at the next safe point.
         self.action_pending: Callable[[], BaseException | None] | None = None
         self._action_lock = ForkSafeLock()
 
@@ -157,6 +170,13 @@ def report_agent_error(stage: str, exc: BaseException, where: str | None = None,
         rt.agent_error(stage, exc, where, counted)
     else:
         _warn_stage(faults.stage_of(exc, stage), exc, where)
+
+
+def active() -> Runtime:
+    """The active runtime, for hooks that only run while the agent is active."""
+    rt = current
+    assert rt is not None
+    return rt
 
 
 def activate(rt: Runtime) -> None:

@@ -30,7 +30,6 @@ from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.policy.model import (
     DESCRIBE_LEVELS,
     DESCRIBE_NONE,
-    FRAMEWORK_ENTRY_POINTS,
     STATE_POINTS,
     ApiRule,
     Policy,
@@ -170,9 +169,7 @@ def reduce_policy(policy: Policy, req: Requirements) -> tuple[Policy, list[str]]
     """
     modules = sorted({r.module for r in policy.apis.values()}, key=len, reverse=True)
     owner: dict[str, str] = {}
-    # The framework entry points stay wrapped (scope only unless needed): the agent names the
-    # models they receive and notes the engines that accumulate gradients.
-    wanted = [*req.apis, *(a for a in FRAMEWORK_ENTRY_POINTS if a not in req.apis)]
+    wanted = list(req.apis)
     for api in wanted:
         for module in modules:
             if api.startswith(module + "."):

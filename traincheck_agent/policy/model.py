@@ -17,10 +17,6 @@ DESCRIBE_LEVELS = (DESCRIBE_NONE, DESCRIBE_SUMMARY, DESCRIBE_FINGERPRINT)
 
 # Points of training at which state can be snapshotted: "<before|after>:<event>".
 STATE_EVENTS = ("optimizer.step", "zero_grad", "backward", "module.train")
-# Framework calls the agent attaches logic to (naming the models handed over, noting engines that
-# accumulate gradients): wrapped whenever a policy names them, in check mode too.
-FRAMEWORK_ENTRY_POINTS = ("deepspeed.initialize", "accelerate.accelerator.Accelerator.prepare",
-                          "accelerate.accelerator.Accelerator.prepare_model")
 STATE_WHEN = ("before", "after")
 STATE_POINTS = tuple(f"{w}:{e}" for e in STATE_EVENTS for w in STATE_WHEN)
 

@@ -1,4 +1,5 @@
-"""DeepSpeed's engine step is the training step.
+"""DeepSpeed: ``deepspeed.initialize`` hands over the user's model, its engines wrap it, and
+the engine's step is the training step.
 
 Under ZeRO the torch optimizer that DeepSpeed steps holds only this rank's flat fp32 partition,
 and the model's parameters are written by an all-gather after it; the user's step is
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from traincheck_agent.agent import runtime
+from traincheck_agent.agent.integrations.entry_points import wrap_entry_point
 from traincheck_agent.agent.integrations.torch import (
-    _rt,
     begin_training_step,
     end_training_step,
     enter_skippable,
@@ -24,8 +26,11 @@ from traincheck_agent.agent.integrations.torch import (
 )
 from traincheck_agent.agent.patching import wrap_attribute
 from traincheck_agent.agent.record.call_recorder import CallContext, make_call_wrapper
+from traincheck_agent.agent.record.model_registry import add_wrapper_classes
 from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY
 
+MODULES = ("deepspeed", "deepspeed.runtime.engine")
+WRAPPER_CLASSES = ("DeepSpeedEngine", "PipelineEngine")
 ENGINE_STEP = "deepspeed.runtime.engine.DeepSpeedEngine.step"
 
 
@@ -43,7 +48,7 @@ def _optimizer_of(engine: Any) -> Any:
 
 
 def _engine_step_before(ctx: CallContext) -> None:
-    _rt().registry.accumulators.add(ctx.instance)  # its micro-steps are marked in call records
+    runtime.active().registry.accumulators.add(ctx.instance)  # its micro-steps are marked in call records
     if enter_skippable(not _at_boundary(ctx.instance)):
         return  # a micro-step: DeepSpeed accumulates, nothing is updated
     begin_training_step(ctx, module=ctx.instance.module, hyperparams_of=_optimizer_of(ctx.instance))
@@ -54,8 +59,12 @@ def _engine_step_after(ctx: CallContext) -> None:
         end_training_step(ctx, module=ctx.instance.module, hyperparams_of=_optimizer_of(ctx.instance))
 
 
-def install_engine_probes(module: Any) -> None:
-    """Called when ``deepspeed.runtime.engine`` is imported."""
+def install(module: Any) -> None:
+    """Called when ``deepspeed`` and ``deepspeed.runtime.engine`` are imported."""
+    if module.__name__ == "deepspeed":
+        wrap_entry_point(module, "initialize", "deepspeed.initialize")
+        return
+    add_wrapper_classes(WRAPPER_CLASSES)
     engine = getattr(module, "DeepSpeedEngine", None)
     if isinstance(engine, type) and "step" in vars(engine):
         wrap_attribute(engine, "step", make_call_wrapper(

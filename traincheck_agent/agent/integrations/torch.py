@@ -1,4 +1,4 @@
-"""The core probes on torch that every mode needs, whatever the policy lists.
+"""torch itself: the core probes that every mode needs, whatever the policy lists.
 
 They drive the training clock (step, phase), find models and optimizers, and take the state
 snapshots the policy asks for around optimizer steps, ``zero_grad``, ``backward`` and
@@ -10,6 +10,7 @@ included), after torch has installed its own step hook, so ours is the outermost
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,10 +22,10 @@ from traincheck_agent.agent.record.api_names import defining_class, public_class
 from traincheck_agent.agent.record.call_recorder import CallContext, make_call_wrapper
 from traincheck_agent.agent.record.compiled_regions import is_compiled_module, watch_compilation
 from traincheck_agent.agent.record.descriptors import note_parameter
+from traincheck_agent.agent.record.model_registry import add_wrapper_classes
 from traincheck_agent.agent.record.naming import first_user_frame
-from traincheck_agent.agent.runtime import SYNC_CHECK_TIMEOUT_S
 from traincheck_agent.fingerprint import fingerprint_tensors
-from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY, Policy
+from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY
 from traincheck_agent.trace.schema import KIND_NOTE
 
 _depths = runtime.thread_state  # per-thread counters live next to the call stack
@@ -41,12 +42,6 @@ def _leave(kind: str) -> bool:
     depth = getattr(_depths, kind, 1) - 1
     setattr(_depths, kind, max(depth, 0))
     return depth <= 0
-
-
-def _rt() -> runtime.Runtime:
-    rt = runtime.current
-    assert rt is not None  # hooks only run while the agent is active
-    return rt
 
 
 # -- nn.Module ------------------------------------------------------------------------------
@@ -71,7 +66,7 @@ def _module_before(ctx: CallContext) -> None:
         ctx.record = False
     if not _enter("module_calls"):
         return
-    rt = _rt()
+    rt = runtime.active()
     if not rt.registry.knows_module(module):
         rt.registry.register_root(module, first_user_frame())
     rt.registry.note_thread(module)
@@ -96,7 +91,7 @@ def _train_before(ctx: CallContext) -> None:
 def _train_after(ctx: CallContext) -> None:
     if not _leave("train_calls") or ctx.exc is not None:
         return
-    rt = _rt()
+    rt = runtime.active()
     module = ctx.instance
     if rt.registry.root_name_of(module) is not None or not rt.registry.knows_module(module):
         rt.clock.model_training = module.training
@@ -105,17 +100,18 @@ def _train_after(ctx: CallContext) -> None:
 
 # -- optimizers -----------------------------------------------------------------------------
 def _name_optimizer(opt: Any) -> None:
-    registry = _rt().registry
+    registry = runtime.active().registry
     if not registry.has_optimizer_name(opt):
         registry.optimizer_name(opt, first_user_frame())
 
 
+# Tests, added by other integrations, of whether an optimizer's step or ``zero_grad`` leaves
+# the parameters alone on this call (a wrapper's micro-step of gradient accumulation).
+MICRO_STEP_TESTS: list[Callable[[Any], bool]] = []
+
+
 def _skips_update(optimizer: Any) -> bool:
-    """An optimizer wrapper that leaves the parameters alone on this call: Accelerate's, inside
-    ``accumulate()`` off the accumulation boundary (it steps the torch optimizer only when the
-    gradients are synchronised)."""
-    state = getattr(optimizer, "gradient_state", None)
-    return state is not None and getattr(state, "sync_gradients", True) is False
+    return any(test(optimizer) for test in MICRO_STEP_TESTS)
 
 
 def _skipped_calls() -> list[bool]:
@@ -141,7 +137,7 @@ def begin_training_step(ctx: CallContext, **scope: Any) -> None:
     """The start of a training step (an optimizer's step, a DeepSpeed engine's): the ``before``
     snapshots of ``scope`` (``optimizer=`` or ``module=``) if it is the outermost one."""
     outermost = _enter("optimizer_steps")
-    rt = _rt()
+    rt = runtime.active()
     rt.clock.start_training()
     if outermost:
         rt.probe.snapshot("before", "optimizer.step", ctx.call_id, **scope)
@@ -151,7 +147,7 @@ def end_training_step(ctx: CallContext, **scope: Any) -> None:
     """Its end: the ``after`` snapshots, and the step clock advances."""
     if not _leave("optimizer_steps") or ctx.exc is not None:
         return
-    rt = _rt()
+    rt = runtime.active()
     rt.probe.snapshot("after", "optimizer.step", ctx.call_id, **scope)
     rt.clock.optimizer_step_finished(ctx.instance)
 
@@ -172,15 +168,15 @@ def _zero_grad_before(ctx: CallContext) -> None:
     if enter_skippable(_skips_update(ctx.instance)):
         return  # Accelerate keeps the accumulated gradients: nothing is cleared
     outermost = _enter("zero_grads")
-    _rt().clock.start_training()
+    runtime.active().clock.start_training()
     if outermost:
-        _manual_boundary(_rt())
+        _manual_boundary(runtime.active())
     target = ctx.instance
     is_optimizer = isinstance(target, torch.optim.Optimizer)
     if is_optimizer:
         _name_optimizer(target)
     if outermost:
-        _rt().probe.snapshot("before", "zero_grad", ctx.call_id,
+        runtime.active().probe.snapshot("before", "zero_grad", ctx.call_id,
                              optimizer=target if is_optimizer else None,
                              module=None if is_optimizer else target)
 
@@ -192,7 +188,7 @@ def _zero_grad_after(ctx: CallContext) -> None:
         return
     target = ctx.instance
     is_optimizer = isinstance(target, torch.optim.Optimizer)
-    _rt().probe.snapshot("after", "zero_grad", ctx.call_id,
+    runtime.active().probe.snapshot("after", "zero_grad", ctx.call_id,
                          optimizer=target if is_optimizer else None,
                          module=None if is_optimizer else target)
 
@@ -223,7 +219,7 @@ def _optimizer_init_after(ctx: CallContext) -> None:
     if ctx.exc is not None:
         return
     opt = ctx.instance
-    rt = _rt()
+    rt = runtime.active()
     params = [p for group in opt.param_groups for p in group.get("params", ()) if isinstance(p, torch.Tensor)]
     rt.registry.register_roots_for_params(params, first_user_frame())
     _wrap_optimizer_method(type(opt), "step", _step_before, _step_after)
@@ -233,7 +229,7 @@ def _optimizer_init_after(ctx: CallContext) -> None:
 # -- backward -------------------------------------------------------------------------------
 def _backward_before(ctx: CallContext) -> None:
     outermost = _enter("backwards")
-    rt = _rt()
+    rt = runtime.active()
     rt.clock.start_training()
     if outermost:
         _manual_boundary(rt)
@@ -242,7 +238,7 @@ def _backward_before(ctx: CallContext) -> None:
 
 def _backward_after(ctx: CallContext) -> None:
     if _leave("backwards") and ctx.exc is None:
-        rt = _rt()
+        rt = runtime.active()
         rt.probe.snapshot("after", "backward", ctx.call_id)
         if rt.clock.watches_manual_updates:
             global _update_witness
@@ -286,32 +282,13 @@ def _manual_boundary(rt: Any) -> None:
         rt.end_outermost_call()
 
 
-# -- distributed ----------------------------------------------------------------------------
-def _ddp_init_after(ctx: CallContext) -> None:
-    if ctx.exc is None:
-        inner = getattr(ctx.instance, "module", None)
-        if isinstance(inner, torch.nn.Module):
-            _rt().registry.register_root(ctx.instance, first_user_frame(), alias=ctx.instance)
-            _rt().registry.ddp_wrappers.add(ctx.instance)
+WRAPPER_CLASSES = ("OptimizedModule",)  # torch.compile's
 
 
-def _init_process_group_after(ctx: CallContext) -> None:
-    if ctx.exc is None:
-        from traincheck_agent.agent.process.dist_info import distributed_update
-
-        rt = _rt()
-        rt.emit(distributed_update())
-        rt.probe.groups.poll(rt.clock.step)
-
-
-def _destroy_process_group_before(ctx: CallContext) -> None:
-    # Check mode: the checker exchanges cross-rank halves through the process group's store;
-    # let it catch up while the group still exists (it runs in this thread, once per run).
-    _rt().writer.flush(SYNC_CHECK_TIMEOUT_S)
-
-
-def install_core_probes(policy: Policy) -> None:
+def install(_torch: Any) -> None:
     """Wrap the torch entry points the clock, the registry and the state probe rely on."""
+    policy = runtime.active().policy
+    add_wrapper_classes(WRAPPER_CLASSES)
     wrapt.register_post_import_hook(watch_compilation, "torch._dynamo")
     module_cls = torch.nn.Module
     wrap_attribute(module_cls, "__call__", make_call_wrapper(
@@ -345,29 +322,3 @@ def install_core_probes(policy: Policy) -> None:
         func_for_names=torch.autograd.backward,
         before=_backward_before, after=_backward_after,
     ))
-
-
-def install_distributed_probes(module: Any) -> None:
-    """Called when ``torch.distributed`` / DDP are imported. In check mode the end of the
-    process group is also a point where the checker catches up (its cross-rank exchange needs
-    the group's store)."""
-    if getattr(module, "__name__", "") == "torch.distributed" and hasattr(module, "init_process_group"):
-        wrap_attribute(module, "init_process_group", make_call_wrapper(
-            "torch.distributed.init_process_group", args_level=DESCRIBE_SUMMARY,
-            returns_level=DESCRIBE_NONE, func_for_names=module.init_process_group,
-            after=_init_process_group_after,
-        ))
-    rt = runtime.current
-    if rt is not None and rt.selection is not None and hasattr(module, "destroy_process_group"):
-        wrap_attribute(module, "destroy_process_group", make_call_wrapper(
-            "torch.distributed.destroy_process_group", args_level=DESCRIBE_SUMMARY,
-            returns_level=DESCRIBE_NONE, func_for_names=module.destroy_process_group,
-            before=_destroy_process_group_before,
-        ))
-    ddp = getattr(module, "DistributedDataParallel", None)
-    if isinstance(ddp, type):
-        wrap_attribute(ddp, "__init__", make_call_wrapper(
-            "torch.nn.parallel.DistributedDataParallel.__init__", args_level=DESCRIBE_SUMMARY,
-            returns_level=DESCRIBE_NONE, func_for_names=ddp.__init__, is_method=True,
-            after=_ddp_init_after, describe_self=False,
-        ))

@@ -24,14 +24,13 @@ from traincheck_agent.agent.record.naming import (
 )
 
 WRAPPER_ATTRS = ("module", "_orig_mod")
-WRAPPER_CLASS_NAMES = {
-    "DistributedDataParallel",
-    "DataParallel",
-    "FullyShardedDataParallel",
-    "DeepSpeedEngine",
-    "PipelineEngine",
-    "OptimizedModule",
-}
+# Class names of the modules that wrap a user's model, added by each integration when its
+# framework is imported (``agent.integrations``).
+WRAPPER_CLASS_NAMES: set[str] = set()
+
+
+def add_wrapper_classes(names: tuple[str, ...]) -> None:
+    WRAPPER_CLASS_NAMES.update(names)
 
 
 def unwrap_module(module: torch.nn.Module) -> torch.nn.Module:
