@@ -55,3 +55,37 @@ def test_a_child_forked_while_a_thread_holds_an_agent_lock_does_not_wait_for_it(
     finally:
         release.set()
         holder.join()
+
+
+def test_a_forked_child_runs_the_agents_hooks_in_their_declared_order_past_a_failing_one():
+    """Registered out of order, one of them failing: the child still runs every hook, in the
+    order the registry declares, whatever order they were registered in."""
+    from traincheck_agent import fork_safety
+
+    read_fd, write_fd = os.pipe()
+    saved = dict(fork_safety._child_hooks)
+
+    def note(name: str):
+        return lambda: os.write(write_fd, name.encode() + b"\n")
+
+    def broken():
+        os.write(write_fd, b"writers\n")
+        raise RuntimeError("a hook fails")
+
+    try:
+        fork_safety.on_fork_in_child("sigterm_watch", note("sigterm_watch"))
+        fork_safety.on_fork_in_child("writers", broken)
+        fork_safety.on_fork_in_child("runtime", note("runtime"))
+        with pytest.raises(ValueError, match="unknown fork hook"):
+            fork_safety.on_fork_in_child("nothing", note("nothing"))
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        assert _exit_status_within(pid, 10) == 0
+    finally:
+        fork_safety._child_hooks.clear()
+        fork_safety._child_hooks.update(saved)
+        os.close(write_fd)
+    with os.fdopen(read_fd) as out:
+        ran = out.read().split()
+    assert ran == ["runtime", "writers", "sigterm_watch"]

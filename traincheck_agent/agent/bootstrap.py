@@ -27,6 +27,7 @@ import traincheck_agent
 from traincheck_agent.agent import runtime
 from traincheck_agent.agent.process.role import ProcessRole, classify
 from traincheck_agent.exception_text import exception_text
+from traincheck_agent.fork_safety import on_fork_in_child
 from traincheck_agent.messages import debug, warn
 from traincheck_agent.policy import load_policies
 from traincheck_agent.policy.loader import default_policy_files
@@ -208,7 +209,7 @@ def start(mode: str) -> None:
         _install_integration("torch", torch_module)
         _run_waiting()
 
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    on_fork_in_child("runtime", _after_fork_in_child)
     atexit.register(_debug_figures, mode)
     wrapt.register_post_import_hook(activate_with_torch, "torch")
     for name, modules in INTEGRATIONS.items():

@@ -17,6 +17,8 @@ import weakref
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from traincheck_agent.fork_safety import on_fork_in_child
+
 if TYPE_CHECKING:
     from traincheck_agent.agent.record.trace_writer import TraceWriter
 
@@ -30,16 +32,13 @@ _exit_writers: list[TraceWriter] = []
 _exit_hooks_installed = False
 
 
-def _after_fork_in_child_process() -> None:
+def _writers_after_fork_in_child() -> None:
     for writer in list(live_writers):
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # one writer's failure leaves the others to renew
             writer._after_fork_in_child()
-    with contextlib.suppress(Exception):
-        _forget_sigterm_watch_in_child()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child_process)
+on_fork_in_child("writers", _writers_after_fork_in_child)
 
 
 def install_flush_on_exit(writer: TraceWriter) -> None:
@@ -241,6 +240,9 @@ def _forget_sigterm_watch_in_child() -> None:
         os.close(devnull)
         write_fd = -1
     _close_fds(read_fd, write_fd)
+
+
+on_fork_in_child("sigterm_watch", _forget_sigterm_watch_in_child)
 
 
 def _close_fds(*fds: int) -> None:
