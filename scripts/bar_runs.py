@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from traincheck_agent.check.offline import check_offline
 from traincheck_agent.inference.coverage import Coverage
-from traincheck_agent.inference.engine import check_offline
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.report.triage import Group, triage
 from traincheck_agent.report.violations import violation_record

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import PIPELINES, agent_env, run_python
 
-from traincheck_agent.inference.engine import check_offline, infer_invariants
+from traincheck_agent.check.offline import check_offline
+from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 
 SCRIPT = str(PIPELINES / "accelerate_train.py")

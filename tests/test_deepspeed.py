@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import PIPELINES, agent_env, run_parallel, run_python
 
-from traincheck_agent.inference.engine import check_offline, infer_invariants
+from traincheck_agent.check.offline import check_offline
+from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import write_invariants
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 

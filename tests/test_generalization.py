@@ -32,10 +32,11 @@ from pathlib import Path
 import pytest
 from conftest import PIPELINES, agent_env, read_traces, run_parallel
 
+from traincheck_agent.check.offline import check_offline
 from traincheck_agent.examples import cnn_train
 from traincheck_agent.inference.call_context import MODE_SETTERS
 from traincheck_agent.inference.coverage import Coverage
-from traincheck_agent.inference.engine import check_offline, infer_invariants
+from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import (
     Invariant,
     InvariantFileError,

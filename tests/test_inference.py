@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import PIPELINES, agent_env, collect_mlp, run_python
 
+from traincheck_agent.check.offline import check_offline
 from traincheck_agent.inference import stream
-from traincheck_agent.inference.engine import check_offline, infer_invariants
+from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import (
     InvariantFileError,
     read_invariants,

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from conftest import collect_mlp
 
+from traincheck_agent.check.offline import check_offline
 from traincheck_agent.check.online import OnlineChecker
-from traincheck_agent.inference.engine import check_offline, infer_invariants
+from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 
 _collect = collect_mlp

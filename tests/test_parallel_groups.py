@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import PIPELINES, agent_env, run_python
 
-from traincheck_agent.inference.engine import check_offline, infer_invariants
+from traincheck_agent.check.offline import check_offline
+from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import write_invariants
 from traincheck_agent.inference.relations.cross_rank import _odd_ranks
 from traincheck_agent.trace.groups import WORLD, describe_family, family_of

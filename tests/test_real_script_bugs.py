@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import PIPELINES, agent_env, read_traces, run_parallel, run_python
 
-from traincheck_agent.inference.engine import check_offline, infer_invariants
+from traincheck_agent.check.offline import check_offline
+from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import Invariant, write_invariants
 from traincheck_agent.report.triage import triage
 from traincheck_agent.report.violations import violation_record

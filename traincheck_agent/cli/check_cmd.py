@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from pathlib import Path
@@ -15,7 +14,6 @@ from traincheck_agent.terminal_text import write_line
 DEFAULT_OUT = Path("traincheck_check")
 EXIT_VIOLATIONS = 1
 GROUPS_SHOWN = 10
-_RANK_IN_NAME = re.compile(r"_rank(\d+)_")
 
 
 def add_parser(commands: Any) -> None:
@@ -49,42 +47,6 @@ def _load_invariants(files: list[Path]) -> dict[str, Any]:
     return by_id
 
 
-def _headers(files: list[Path]) -> dict[str, dict[str, Any]]:
-    """Header of each trace by file name. A file with no complete line (its process was killed
-    before the first write ended) is left out with a warning, as ``trace summary`` does."""
-    from traincheck_agent.messages import warn
-    from traincheck_agent.trace.reader import EmptyTraceError, TraceFile
-
-    headers = {}
-    for path in files:
-        try:
-            headers[path.name] = TraceFile(path).header
-        except EmptyTraceError as exc:
-            warn(f"{exc}; file skipped")
-    return headers
-
-
-def _rank_of(violation: dict[str, Any], headers: dict[str, dict[str, Any]]) -> int:
-    """The rank whose trace shows the violation; for a cross-rank violation, the lowest rank
-    involved (all of them are in the record's ``ranks``)."""
-    header = headers.get(str(violation.get("trace", "")))
-    if header is not None and isinstance(header.get("rank"), int):
-        return header["rank"]
-    match = _RANK_IN_NAME.search(str(violation.get("trace", "")))
-    if match:
-        return int(match.group(1))
-    ranks = [r for r in violation.get("ranks") or [] if isinstance(r, int)]
-    return min(ranks) if ranks else 0
-
-
-def _run_of(rank: int, violation: dict[str, Any],
-            headers: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    header = headers.get(str(violation.get("trace", "")))
-    if header is None:
-        header = next((h for h in headers.values() if h.get("rank") == rank), {})
-    return header
-
-
 def _clear_old(out: Path) -> None:
     from traincheck_agent.report.violations import VIOLATIONS_GLOB
 
@@ -94,9 +56,9 @@ def _clear_old(out: Path) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from traincheck_agent.check.offline import check_offline, rank_of, run_header, trace_headers
     from traincheck_agent.cli.progress import ProgressBar
     from traincheck_agent.inference.coverage import Coverage
-    from traincheck_agent.inference.engine import check_offline
     from traincheck_agent.inference.invariant import InvariantFileError
     from traincheck_agent.output_files import make_output_dir
     from traincheck_agent.report.triage import triage
@@ -111,7 +73,7 @@ def run_check(args: argparse.Namespace) -> int:
         files = find_trace_files(args.paths)
         if not files:
             return fail(f"no trace files under {' '.join(map(str, args.paths))}")
-        headers = _headers(files)
+        headers = trace_headers(files)
         files = [path for path in files if path.name in headers]
         if not files:
             return fail(f"no readable trace files under {' '.join(map(str, args.paths))}")
@@ -141,8 +103,8 @@ def run_check(args: argparse.Namespace) -> int:
     records = []
     now = time.time_ns()
     for violation in violations:
-        rank = _rank_of(violation, headers)
-        header = _run_of(rank, violation, headers)
+        rank = rank_of(violation, headers)
+        header = run_header(rank, violation, headers)
         record = violation_record(violation, invariants.get(violation["invariant"]), rank=rank,
                                   run_id=header.get("run_id"), host=header.get("host"),
                                   pid=header.get("pid"), timestamp_ns=now)
@@ -152,8 +114,8 @@ def run_check(args: argparse.Namespace) -> int:
         records.append(record)
     covered = coverage.summary(invariants)
     if covered:
-        rank = min(logs) if logs else _rank_of({}, headers)
-        header = _run_of(rank, {}, headers)
+        rank = min(logs) if logs else rank_of({}, headers)
+        header = run_header(rank, {}, headers)
         if rank not in logs:
             logs[rank] = ViolationLog(args.out, rank)
         logs[rank].stats(coverage_record(coverage.to_json(), covered, rank=rank, run_id=header.get("run_id"),

@@ -1,4 +1,4 @@
-"""Run every relation over a set of traces, and check invariants offline.
+"""Run every relation over a set of traces: the invariants that hold in all of them.
 
 Every relation module implements the streaming interface of ``inference.stream``; each trace
 is read once, its records fed to every relation's collector. Examples of all the given traces
@@ -8,18 +8,21 @@ not emitted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from traincheck_agent.inference import relations
-from traincheck_agent.inference.coverage import Coverage
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.stream import Collector, check, collect_all
-from traincheck_agent.trace.reader import TraceFile, find_trace_files, reading_session
+from traincheck_agent.inference.stream import Collector, collect_all
+from traincheck_agent.trace.reader import (
+    Progress,
+    TraceFile,
+    find_trace_files,
+    reading_with_progress,
+)
 from traincheck_agent.trace.schema import KIND_CALL, KIND_STATE
 
 RELATIONS = tuple(relations.load())
@@ -75,28 +78,6 @@ class InferenceFacts:
         return out
 
 
-# Called with (bytes read so far, bytes to read in all).
-Progress = Callable[[int, int], None]
-
-
-@contextmanager
-def _reading(files: list[Path], progress: Progress | None) -> Iterator[None]:
-    """A reading session over ``files`` that reports its progress."""
-    total = sum(p.stat().st_size for p in files)
-    done = 0
-
-    def read(nbytes: int) -> None:
-        nonlocal done
-        done += nbytes
-        if progress is not None:
-            progress(done, total)
-
-    with reading_session(read):
-        yield
-    if progress is not None:
-        progress(total, total)
-
-
 def infer_invariants(paths: Iterable[str | Path], progress: Progress | None = None,
                      ranks: Collection[int] | None = None, facts: InferenceFacts | None = None
                      ) -> tuple[list[Invariant], list[Path]]:
@@ -109,7 +90,7 @@ def infer_invariants(paths: Iterable[str | Path], progress: Progress | None = No
         files = [f for f in files if TraceFile(f).header.get("rank") in wanted]
     sources = tuple(sorted(p.name for p in files))
     readers = RELATIONS if facts is None else (*RELATIONS, STEP_COUNT)
-    with _reading(files, progress):
+    with reading_with_progress(files, progress):
         examples = collect_all(readers, files)
     invariants: list[Invariant] = []
     for relation in RELATIONS:
@@ -122,22 +103,3 @@ def infer_invariants(paths: Iterable[str | Path], progress: Progress | None = No
     if facts is not None:
         facts.steps = {label: counts[0][1] for label, counts in examples[STEP_COUNT.RELATION].items()}
     return sorted(invariants, key=lambda i: i.id), files
-
-
-def check_offline(invariants: Iterable[Invariant], paths: Iterable[str | Path],
-                  progress: Progress | None = None, coverage: Coverage | None = None) -> list[dict[str, Any]]:
-    """Violations of ``invariants`` in the traces at ``paths``, earliest step first; examples
-    outside an invariant's domain are not judged, and counted in ``coverage`` when given."""
-    files = find_trace_files(paths)
-    by_relation: dict[str, list[Invariant]] = {}
-    for inv in invariants:
-        by_relation.setdefault(inv.relation, []).append(inv)
-    wanted = [r for r in RELATIONS if r.RELATION in by_relation]
-    with _reading(files, progress):
-        examples = collect_all(wanted, files)
-    violations: list[dict[str, Any]] = []
-    for relation in wanted:
-        for inv in by_relation[relation.RELATION]:
-            for example in check(relation, inv, examples[relation.RELATION], coverage):
-                violations.append({"invariant": inv.id, "relation": inv.relation, **relation.violation(inv, example)})
-    return sorted(violations, key=lambda v: (v["step"], v["invariant"], v.get("variable", "")))

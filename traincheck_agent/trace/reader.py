@@ -50,6 +50,29 @@ def reading_session(progress: Callable[[int], None] | None = None) -> Iterator[N
         _session = previous
 
 
+# Called with (bytes read so far, bytes to read in all).
+Progress = Callable[[int, int], None]
+
+
+@contextmanager
+def reading_with_progress(files: list[Path], progress: Progress | None) -> Iterator[None]:
+    """A reading session over ``files`` that reports its progress as (bytes read so far, bytes
+    to read in all)."""
+    total = sum(p.stat().st_size for p in files)
+    done = 0
+
+    def read(nbytes: int) -> None:
+        nonlocal done
+        done += nbytes
+        if progress is not None:
+            progress(done, total)
+
+    with reading_session(read):
+        yield
+    if progress is not None:
+        progress(total, total)
+
+
 def _first_torn_report(path: Path) -> bool:
     if _session is None:
         return True
