@@ -11,7 +11,7 @@ from __future__ import annotations
 MAX_MESSAGE = 200
 UNPRINTABLE = "<message could not be formatted>"
 
-_type_name_of = type.__dict__["__name__"].__get__  # the class's own name, past any metaclass
+_type_name_of = vars(type)["__name__"].__get__  # the class's own name, past any metaclass
 
 
 def class_name(cls: type) -> str:

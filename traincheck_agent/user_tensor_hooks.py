@@ -16,7 +16,7 @@ import torch
 try:  # the one way to step out of the active dispatch modes (restored on exit)
     from torch.utils._python_dispatch import _disable_current_modes
 except ImportError:  # pragma: no cover - an older or newer torch without it
-    _disable_current_modes = None
+    _disable_current_modes = None  # type: ignore[assignment]
 
 _no_subclass_hooks = torch._C.DisableTorchFunctionSubclass
 _dispatch_depth = torch._C._len_torch_dispatch_stack
@@ -33,7 +33,7 @@ class hooks_off:  # noqa: N801 - used like a function: ``with hooks_off():``
             self._modes = _disable_current_modes()
             self._modes.__enter__()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         try:
             if self._modes is not None:
                 self._modes.__exit__(*exc)

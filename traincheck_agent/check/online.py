@@ -101,7 +101,7 @@ class OnlineChecker:
         if record.get("kind") == KIND_HEADER:
             self._start(record)
             return
-        kind = record.get("kind")
+        kind = record.get("kind", "")
         if kind == KIND_PROCESS and self._cross_rank is None and self._rank_watches:
             self._start_cross_rank(record)  # the ranks came up after the header was written
         for accepts, collect, judge in self._routes.get(kind, ()):
@@ -114,7 +114,7 @@ class OnlineChecker:
         if cross is None:
             return
         for watch in self._rank_routes.get(kind, ()):
-            for half in watch.collector.feed(record):
+            for half in watch.collector.feed(record):  # type: ignore[union-attr]  # made with the routes
                 if watch.watched(half):
                     cross.add(watch.relation.RELATION, half)
         step = record.get("step")
@@ -124,10 +124,12 @@ class OnlineChecker:
 
     def _start(self, header: dict[str, Any]) -> None:
         source = TraceSource("online", str(header.get("run_id")), int(header.get("rank", 0) or 0))
+        routes = []
         for watch in self._watches:
-            watch.collector = watch.relation.Collector(source)
-            watch.collector.wanted = frozenset(watch.by_key)
-        self._routes = route_by_kind((w.relation, (w.accepts, w.collector.feed, w.judge)) for w in self._watches)
+            watch.collector = collector = watch.relation.Collector(source)
+            collector.wanted = frozenset(watch.by_key)
+            routes.append((watch.relation, (watch.accepts, collector.feed, watch.judge)))
+        self._routes = route_by_kind(routes)
         self._run = (source.run_id, int(header.get("restart_count", 0) or 0))
         if self._rank_watches:
             self._start_cross_rank(header)

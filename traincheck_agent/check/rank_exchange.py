@@ -119,7 +119,7 @@ class StoreExchange:
 
         store = distributed_c10d._get_default_store()
         with contextlib.suppress(AttributeError, RuntimeError):
-            store = store.clone()  # a client of our own: the training thread keeps its own
+            store = store.clone()  # type: ignore[attr-defined]  # a client of our own: the training thread keeps its own
         return cls(store, dist.get_rank(), dist.get_world_size(), run_id, restart, timeout_s)
 
     @property

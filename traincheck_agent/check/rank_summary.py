@@ -15,6 +15,7 @@ agreement does not satisfy (values that must differ across ranks) go in full, ``
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -70,7 +71,7 @@ def _placement(watch: _Watch, half: Any) -> Placement:
     return False, tuple(sorted(scopes))  # type: ignore[arg-type]
 
 
-def summarize(own: dict[str, list[Any]], watches: dict[str, _Watch],
+def summarize(own: dict[str, list[Any]], watches: Mapping[str, _Watch],
               placements: dict[tuple, Placement] | None = None) -> Summary:
     """This rank's summary of one step's halves; ``placements`` memoises where each kind of
     half goes across steps."""

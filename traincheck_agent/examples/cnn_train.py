@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> list[float]:
     torch.manual_seed(args.seed)
     model = SmallCNN()
     if args.bug == "dropout-in-eval":  # functional dropout that ignores the module's mode
-        model.dropout.forward = lambda x: nn.functional.dropout(x, 0.25, training=True)
+        model.dropout.forward = lambda x: nn.functional.dropout(x, 0.25, training=True)  # type: ignore[method-assign, assignment]
+    optimizer: torch.optim.Optimizer
     if args.optimizer == "adam":
         optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     elif args.optimizer == "sgd":

@@ -52,7 +52,7 @@ def _is_dispatch_subclass(t: torch.Tensor) -> bool:
 
 def _prepare(t: torch.Tensor) -> torch.Tensor | dict:
     """The strided tensor to hash in place of ``t``, or the marker to record instead."""
-    if isinstance(t, torch.nn.parameter.UninitializedTensorMixin):
+    if isinstance(t, torch.nn.parameter.UninitializedTensorMixin):  # type: ignore[attr-defined]
         return _marker("uninitialized")
     if _is_dispatch_subclass(t):
         to_local = getattr(t, "to_local", None)  # DTensor

@@ -127,11 +127,11 @@ def _fast_float(t: torch.Tensor) -> dict | None:
 
 
 # ctypes array types by byte length (``c_char * n`` looks its type up on every call).
-_buffer_types: dict[int, type] = {}
+_buffer_types: dict[int, type[ctypes.Array[ctypes.c_char]]] = {}
 BUFFER_TYPES_LIMIT = 1 << 12
 
 
-def _buffer_type(nbytes: int) -> type:
+def _buffer_type(nbytes: int) -> type[ctypes.Array[ctypes.c_char]]:
     if len(_buffer_types) >= BUFFER_TYPES_LIMIT:
         _buffer_types.clear()
     kind = _buffer_types[nbytes] = ctypes.c_char * nbytes

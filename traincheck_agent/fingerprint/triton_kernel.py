@@ -297,7 +297,7 @@ class Plan:
         """Fingerprints from the output read back as unsigned 64-bit pairs per tensor:
         ``B << 32 | A`` (the int32 lanes, little-endian) and the flags."""
         keys = _LENGTH_KEYS
-        out = []
+        out: list[dict] = []
         append = out.append
         pairs = iter(flat)
         for h, flags, n in zip(pairs, pairs, self.nbytes, strict=True):

@@ -45,9 +45,10 @@ class _StepCounter(Collector):
         return [(self.source.label, self.last + 1)]
 
 
-# Read along with the relations, in the same pass over each trace.
-STEP_COUNT = SimpleNamespace(RELATION="steps shown", READS=(KIND_CALL, KIND_STATE), Collector=_StepCounter,
-                             key_of=lambda example: example[0])
+# Read along with the relations, in the same pass over each trace (typed Any: read like a
+# relation module).
+STEP_COUNT: Any = SimpleNamespace(RELATION="steps shown", READS=(KIND_CALL, KIND_STATE), Collector=_StepCounter,
+                                  key_of=lambda example: example[0])
 
 
 @dataclass
@@ -101,5 +102,5 @@ def infer_invariants(paths: Iterable[str | Path], progress: Progress | None = No
         if facts is not None:
             facts.learned[relation.RELATION] = len(found)
     if facts is not None:
-        facts.steps = {label: counts[0][1] for label, counts in examples[STEP_COUNT.RELATION].items()}
+        facts.steps = {str(label): counts[0][1] for label, counts in examples[STEP_COUNT.RELATION].items()}
     return sorted(invariants, key=lambda i: i.id), files

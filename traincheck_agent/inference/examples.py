@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from traincheck_agent.inference.preconditions import FeatureExample
 from traincheck_agent.inference.stream import Collector, TraceSource
 from traincheck_agent.trace.schema import KIND_STATE
 
@@ -82,7 +81,8 @@ class TransitionExample(NamedTuple):
     def changed(self) -> bool:
         return self.before_hash != self.after_hash
 
-    feature_map = FeatureExample.feature_map
+    def feature_map(self) -> dict[str, Any]:  # FeatureExample's: a NamedTuple cannot inherit it
+        return dict(self.features)
 
 
 def _features(record: dict[str, Any], before: dict[str, Any], first_in_step: bool) -> tuple[tuple[str, Any], ...]:
@@ -194,7 +194,7 @@ class TransitionCollector(Collector):
 
     def __init__(self, source: TraceSource) -> None:
         super().__init__(source)
-        self.pending: dict[tuple[Any, str, str], dict[str, Any]] = {}
+        self.pending: dict[tuple[Any, str, Any], dict[str, Any]] = {}  # (call, event, var)
         # (event, variable) pairs already seen in the current step; reset when the step moves
         # on, so a long run holds one step's worth.
         self.seen_in_step: set[tuple[str, str]] = set()

@@ -15,11 +15,13 @@ Memberships = tuple[tuple[str, tuple[int, ...]], ...]  # (family, global ranks o
 
 
 class _Half(Protocol):
-    groups: Memberships
+    @property
+    def groups(self) -> Memberships: ...
 
 
 class _Example(Protocol):
-    group: str
+    @property
+    def group(self) -> str: ...
 
 
 H = TypeVar("H", bound=_Half)

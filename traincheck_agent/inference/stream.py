@@ -103,7 +103,7 @@ def collect_all(relations: Iterable[ModuleType], paths: Iterable[str | Path]) ->
         collectors = [(r.key_of, out[r.RELATION], r.Collector(source)) for r in relations]
         routes = route_by_kind(zip(relations, collectors, strict=True))
         for record in trace.records():
-            for key_of, groups, collector in routes.get(record.get("kind"), ()):
+            for key_of, groups, collector in routes.get(record.get("kind", ""), ()):
                 for example in collector.feed(record):
                     groups[key_of(example)].append(example)
         for key_of, groups, collector in collectors:

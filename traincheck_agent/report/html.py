@@ -342,8 +342,8 @@ def _group_card(number: int, group: Group) -> str:
     ]
     if group.variables:
         shown = group.variables[:MAX_VARIABLES_SHOWN]
-        more = len(group.variables) - len(shown)
-        rows.append(("variables", ", ".join(shown) + (f" and {more} more" if more > 0 else "")))
+        unshown = len(group.variables) - len(shown)
+        rows.append(("variables", ", ".join(shown) + (f" and {unshown} more" if unshown > 0 else "")))
     if group.apis:
         rows.append(("APIs", ", ".join(group.apis)))
     example = group.example

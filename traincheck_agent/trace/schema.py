@@ -3,9 +3,11 @@
 A trace is one JSON-lines file per process. Every line is one JSON object with a ``kind``:
 
 ``header`` (first line)
-    ``schema``, ``run_id``, ``rank``, ``local_rank``, ``world_size``, ``restart_count``,
-    ``host``, ``pid``, ``mode``, ``started_ns``, ``versions`` (python, torch, agent, ...),
-    ``policy_digest``, ``policies`` (file names), ``fingerprint_algorithms``.
+    ``schema``, ``run_id``, ``rank``, ``local_rank``, ``world_size``, ``local_world_size``,
+    ``group_rank``, ``restart_count``, ``host``, ``pid``, ``mode``, ``started_ns``, ``argv``,
+    ``versions`` (python, torch, agent, ...), ``policy_digest``, ``policies`` (file names),
+    ``fingerprint_algorithms``; ``backend`` if ``torch.distributed`` was already initialised,
+    ``invariants`` (file names) in check mode.
 ``process``
     an update of the process facts once ``torch.distributed`` is initialised: ``rank``,
     ``world_size``, ``backend``, ``t_ns``.
@@ -26,7 +28,8 @@ A trace is one JSON-lines file per process. Every line is one JSON object with a
     rank and of the whole world left out). Cross-rank relations compare within each family
     (``trace.groups``).
 ``note``
-    the agent's own events a reader should know about (``what``: e.g. ``dropped_records``).
+    the agent's own events a reader should know about (``what``: e.g. ``dropped_records``
+    with ``reason``, ``count``, ``t_ns``; ``step_boundary`` with ``boundary``, ``step``).
 
 ``step`` is the 0-based training iteration: the number of optimizer steps completed before the
 iteration the event belongs to; -1 before training starts. ``phase`` is ``init``, ``train`` or
@@ -36,7 +39,15 @@ A fingerprint is ``{"h": "<algo>:<16 hex>", "zero": bool, "nonfinite": bool}`` (
 fingerprints add ``"amax"``, the largest magnitude); two tensors of
 the same device type that differ in any byte differ in ``h`` with overwhelming probability.
 Hashes from different algorithms (prefix) are never compared.
+
+The ``TypedDict`` classes below state this contract for the type checker only: records are
+plain dicts at run time, and a reader still checks what it relies on (a trace file may come
+from anywhere). Keys that a writer leaves out in some records sit in a ``total=False`` base.
 """
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
 
 SCHEMA_VERSION = 1
 
@@ -54,6 +65,120 @@ PHASE_TRAIN = "train"
 PHASE_EVAL = "eval"
 
 TRACE_GLOB = "trace_*.jsonl"
+
+
+class Fingerprint(TypedDict, total=False):
+    """``{"h": "<algo>:<16 hex>", "zero": ..., "nonfinite": ...}``; ``amax`` for CPU floats."""
+
+    h: str
+    zero: bool
+    nonfinite: bool
+    amax: float
+
+
+class _HeaderOptional(TypedDict, total=False):
+    backend: str  # once torch.distributed was initialised before the header was built
+    invariants: list[str]  # check mode: the invariant files' names
+
+
+class HeaderRecord(_HeaderOptional):
+    kind: Literal["header"]
+    schema: int
+    run_id: str
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    group_rank: int
+    restart_count: int
+    host: str
+    pid: int
+    mode: str
+    started_ns: int
+    argv: list[str]
+    versions: dict[str, str]  # python, agent, torch, deepspeed, ...
+    policies: list[str]  # file names
+    policy_digest: str
+    fingerprint_algorithms: dict[str, str]
+
+
+class ProcessRecord(TypedDict, total=False):
+    """The facts are absent when ``torch.distributed`` is not (or no longer) initialised."""
+
+    kind: Literal["process"]
+    t_ns: int
+    rank: int
+    world_size: int
+    backend: str
+
+
+class _CallOptional(TypedDict, total=False):
+    ret: Any  # a descriptor; absent when returns are not described or the call raised
+    ctx: dict[str, Any]  # non-default execution context: grad, inference, autocast, in_init, ...
+
+
+class CallRecord(_CallOptional):
+    kind: Literal["call"]
+    id: int
+    parent: int | None
+    thread: int
+    api: str
+    step: int
+    phase: str
+    t0_ns: int
+    t1_ns: int
+    args: dict[str, Any]  # name -> descriptor
+    exc: str | None
+
+
+class _StateOptional(TypedDict, total=False):
+    owner: str  # model or optimizer name, where one is known
+    grad_sync: bool  # False inside DDP's no_sync
+
+
+class StateRecord(_StateOptional):
+    kind: Literal["state"]
+    var: str
+    vtype: str
+    where: str
+    call: int | None
+    step: int
+    phase: str
+    t_ns: int
+    attrs: dict[str, Any]  # data / grad fingerprints, dtype, shape, device, requires_grad, ...
+
+
+class _GroupOptional(TypedDict, total=False):
+    name: str
+    desc: str
+
+
+class Group(_GroupOptional):
+    ranks: list[int]  # global ranks, sorted
+    family: str  # "size2/stride1"
+
+
+class GroupsRecord(TypedDict):
+    kind: Literal["groups"]
+    t_ns: int
+    step: int
+    groups: list[Group]
+
+
+class _NoteOptional(TypedDict, total=False):
+    reason: str  # dropped_records: buffer_full, unserialisable, size_limit
+    count: int  # dropped_records
+    t_ns: int
+    boundary: str  # step_boundary: e.g. manual_update
+    step: int
+
+
+class NoteRecord(_NoteOptional):
+    kind: Literal["note"]
+    what: str  # e.g. dropped_records, step_boundary
+
+
+TraceRecord = HeaderRecord | ProcessRecord | CallRecord | StateRecord | GroupsRecord | NoteRecord
 
 
 def trace_file_name(run_id: str, rank: int, pid: int) -> str:

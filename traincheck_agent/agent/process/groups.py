@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from traincheck_agent.trace.groups import family_of
-from traincheck_agent.trace.schema import KIND_GROUPS
+from traincheck_agent.trace.schema import KIND_GROUPS, Group
 
 
 def _group_table() -> tuple[Any, int, int] | None:
@@ -36,18 +36,18 @@ def _group_table() -> tuple[Any, int, int] | None:
     return table, dist.get_rank(), dist.get_world_size()
 
 
-def current_groups() -> list[dict[str, Any]]:
+def current_groups() -> list[Group]:
     """This rank's groups of 2 or more ranks, short of the whole world, by family."""
     found = _group_table()
     if found is None:
         return []
     table, rank, world_size = found
     names = getattr(getattr(sys.modules.get("torch.distributed.distributed_c10d"), "_world", None), "pg_names", {})
-    groups = []
+    groups: list[Group] = []
     for pg, ranks in list(table.items()):
         members = sorted(int(r) for r in ranks)
         if rank in members and 2 <= len(members) < world_size:
-            group = {"ranks": members, "family": family_of(members)}
+            group: Group = {"ranks": members, "family": family_of(members)}
             name = names.get(pg) if isinstance(names, dict) else None
             if isinstance(name, str):
                 group["name"] = name

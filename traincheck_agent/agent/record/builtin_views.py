@@ -17,8 +17,8 @@ from traincheck_agent.exception_text import class_name
 _SIMPLE_KEYS = (str, int, float, bool, type(None))
 
 
-def builtin_len(value: list | tuple | dict | str) -> int:
-    """The length the builtin type stores."""
+def builtin_len(value: Any) -> int:
+    """The length the builtin type stores (``value``: a list, tuple, dict or str, or a subclass)."""
     cls = type(value)
     if issubclass(cls, list):
         return list.__len__(value)
@@ -29,8 +29,9 @@ def builtin_len(value: list | tuple | dict | str) -> int:
     return str.__len__(value)
 
 
-def builtin_items(value: list | tuple) -> list | tuple:
-    """A plain ``list`` or ``tuple`` holding the same items."""
+def builtin_items(value: Any) -> list | tuple:
+    """A plain ``list`` or ``tuple`` holding the same items (``value``: a list or tuple, or a
+    subclass)."""
     if issubclass(type(value), list):
         return list.__getitem__(value, slice(None))
     return tuple.__getitem__(value, slice(None))

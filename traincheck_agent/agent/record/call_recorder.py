@@ -215,7 +215,7 @@ def make_call_wrapper(
             _epilogue(ctx, record_fields, t0, t1, levels[1] if levels is not None else DESCRIBE_NONE, after)
             # Drop our references at once: an exception's traceback would otherwise keep the
             # context (and the user's tensors in it) alive until the cyclic GC runs.
-            ctx.exc = ctx.result = ctx.args = ctx.kwargs = None
+            ctx.exc = ctx.result = ctx.args = ctx.kwargs = None  # type: ignore[assignment]  # hooks have run
         return result
 
     def _epilogue(ctx: CallContext, fields: dict | None, t0: int, t1: int, level: str, hook: Hook | None) -> None:

@@ -147,7 +147,7 @@ def describe(value: Any, level: str, names: dict[int, str], module_names: dict[i
         return describe_tensor(value, names, level)
     if issubclass(cls, torch.nn.Module):
         # a module under construction (its own __init__ being recorded) has no flag yet
-        out = {"t": class_name(cls), "training": _training_flag(value)}
+        out: dict[str, Any] = {"t": class_name(cls), "training": _training_flag(value)}
         name = module_names.get(id(value))
         if name is not None:
             out["name"] = name

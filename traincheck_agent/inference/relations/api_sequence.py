@@ -115,9 +115,9 @@ class Collector(StreamCollector):
         args = record.get("args") or {}
         self_desc = args.get("self")
         receiver_type = self_desc.get("t") if isinstance(self_desc, dict) else None
-        for name in (f"api:{api}", f"type:{receiver_type}" if isinstance(receiver_type, str) else None):
-            if name is not None and name not in self.used:
-                self.used.add(name)
+        for label in (f"api:{api}", f"type:{receiver_type}" if isinstance(receiver_type, str) else None):
+            if label is not None and label not in self.used:
+                self.used.add(label)
                 self.frozen_used = frozenset(self.used)
         for name, value in args.items() if api not in MODE_SETTERS else ():
             if isinstance(value, bool):

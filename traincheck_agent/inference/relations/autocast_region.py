@@ -23,7 +23,6 @@ from typing import Any, NamedTuple
 from traincheck_agent.inference.call_context import context_features, receiver
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
-    FeatureExample,
     deduce_scopes,
     domain_of,
     enough_support,
@@ -57,7 +56,8 @@ class ModuleCall(NamedTuple):
     trace: str
     features: tuple[tuple[str, Any], ...]
 
-    feature_map = FeatureExample.feature_map
+    def feature_map(self) -> dict[str, Any]:  # FeatureExample's: a NamedTuple cannot inherit it
+        return dict(self.features)
 
 
 class Collector(StreamCollector):
@@ -75,7 +75,7 @@ class Collector(StreamCollector):
             return []
         desc = receiver(record)
         name = desc.get("name") if desc is not None else None
-        if not isinstance(name, str) or not name or "training" not in desc:
+        if desc is None or not isinstance(name, str) or not name or "training" not in desc:
             return []  # not a module call
         step = int(record.get("step", -1))
         context = context_features(record)

@@ -24,7 +24,6 @@ from typing import Any, NamedTuple
 from traincheck_agent.inference.call_context import MODE_SETTERS, context_features, module_training
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
-    FeatureExample,
     deduce_scopes,
     domain_of,
     enough_support,
@@ -55,7 +54,8 @@ class FlagExample(NamedTuple):
     trace: str
     features: tuple[tuple[str, Any], ...]
 
-    feature_map = FeatureExample.feature_map
+    def feature_map(self) -> dict[str, Any]:  # FeatureExample's: a NamedTuple cannot inherit it
+        return dict(self.features)
 
 
 # Tie-break order of precondition fields: the most meaningful explanation first.

@@ -26,7 +26,6 @@ from typing import Any, NamedTuple
 
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
-    FeatureExample,
     deduce_scopes,
     domain_of,
     holds_all,
@@ -70,7 +69,8 @@ class ArgExample(NamedTuple):
     member: str = ""  # for the initialisers' family: the API called
     first: str = ""  # for a repeat in the family: the API that gave the parameter first
 
-    feature_map = FeatureExample.feature_map
+    def feature_map(self) -> dict[str, Any]:  # FeatureExample's: a NamedTuple cannot inherit it
+        return dict(self.features)
 
 
 def _parameter_argument(args: dict[str, Any]) -> tuple[str, dict[str, Any], Any] | None:

@@ -20,7 +20,6 @@ from typing import Any, NamedTuple
 from traincheck_agent.inference.call_context import context_features, module_training
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
-    FeatureExample,
     deduce_scopes,
     domain_of,
     enough_support,
@@ -56,7 +55,8 @@ class ContainExample(NamedTuple):
     trace: str
     features: tuple[tuple[str, Any], ...]
 
-    feature_map = FeatureExample.feature_map
+    def feature_map(self) -> dict[str, Any]:  # FeatureExample's: a NamedTuple cannot inherit it
+        return dict(self.features)
 
 
 def _features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:

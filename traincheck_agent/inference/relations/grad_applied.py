@@ -51,7 +51,6 @@ from traincheck_agent.inference.examples import (
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     ANY,
-    FeatureExample,
     deduce_scopes,
     domain_of,
     enough_support,
@@ -96,7 +95,8 @@ class AppliedExample(NamedTuple):
     # step snapshot held it, or without a fingerprint).
     arrived: bool | None = None
 
-    feature_map = FeatureExample.feature_map
+    def feature_map(self) -> dict[str, Any]:  # FeatureExample's: a NamedTuple cannot inherit it
+        return dict(self.features)
 
 
 def _features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:

@@ -15,7 +15,6 @@ from typing import Any, NamedTuple
 from traincheck_agent.inference.call_context import CALL_DOMAIN, call_features
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
-    FeatureExample,
     deduce_scopes,
     domain_of,
     enough_support,
@@ -53,7 +52,8 @@ class ShapeExample(NamedTuple):
     def keeps(self, dim: int) -> bool:
         return self.input_shape[dim] == self.output_shape[dim]
 
-    feature_map = FeatureExample.feature_map
+    def feature_map(self) -> dict[str, Any]:  # FeatureExample's: a NamedTuple cannot inherit it
+        return dict(self.features)
 
 
 def _shape(desc: Any) -> tuple[int, ...] | None:

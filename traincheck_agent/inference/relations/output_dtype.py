@@ -19,7 +19,6 @@ from traincheck_agent.inference.call_context import (
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     Clause,
-    FeatureExample,
     deduce_scopes,
     domain_of,
     enough_support,
@@ -52,7 +51,8 @@ class CallExample(NamedTuple):
     features: tuple[tuple[str, Any], ...]
     receiver: str = ""  # the module's name, for module calls
 
-    feature_map = FeatureExample.feature_map
+    def feature_map(self) -> dict[str, Any]:  # FeatureExample's: a NamedTuple cannot inherit it
+        return dict(self.features)
 
 
 class Collector(StreamCollector):

@@ -32,7 +32,6 @@ from typing import Any, NamedTuple
 
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
-    FeatureExample,
     deduce,
     holds_all,
     with_condition,
@@ -71,7 +70,8 @@ class ChangeExample(NamedTuple):
     features: tuple[tuple[str, Any], ...]
     at_bound: bool = False  # unchanged at the extreme this run's last change headed for
 
-    feature_map = FeatureExample.feature_map
+    def feature_map(self) -> dict[str, Any]:  # FeatureExample's: a NamedTuple cannot inherit it
+        return dict(self.features)
 
     @property
     def changed(self) -> bool:

@@ -166,7 +166,7 @@ def _reached(op: str, value: Number, bound: Number) -> bool:
 
 def _decided_by_input(prop: str, group: list[CallExample]) -> bool:
     """True when ``prop`` is a constant, or a fixed offset of one input dim in every call."""
-    seen = [(e.property(prop), dict(e.inputs)) for e in group if e.property(prop) is not None]
+    seen = [(v, dict(e.inputs)) for e in group if (v := e.property(prop)) is not None]
     if len({v for v, _ in seen}) < 2:
         return True
     names = set.intersection(*(set(inputs) for _, inputs in seen))
@@ -187,7 +187,8 @@ class _Hypothesis:
 
 
 def _hypothesis(prop: str, arg: str, op: str, examples: list[CallExample]) -> _Hypothesis | None:
-    pairs = [(e, e.property(prop), e.bound(arg)) for e in examples]
+    # ``examples`` have both values (``_best_bound``).
+    pairs = [(e, v, b) for e in examples if (v := e.property(prop)) is not None and (b := e.bound(arg)) is not None]
     if op == "<" and not all(isinstance(v, int) and isinstance(b, int) for _, v, b in pairs):
         return None
     passing = [(e, v, b) for e, v, b in pairs if _holds(op, v, b)]
@@ -204,7 +205,7 @@ def _hypothesis(prop: str, arg: str, op: str, examples: list[CallExample]) -> _H
 
 
 def _best_bound(prop: str, group: list[CallExample], arguments: list[str]) -> _Hypothesis | None:
-    found = []
+    found: list[_Hypothesis] = []
     for arg in arguments:
         examples = [e for e in group if e.property(prop) is not None and e.bound(arg) is not None]
         if len(examples) < MIN_CALLS or len({e.bound(arg) for e in examples}) < MIN_BOUND_VALUES:
@@ -215,7 +216,9 @@ def _best_bound(prop: str, group: list[CallExample], arguments: list[str]) -> _H
                 found.append(hypothesis)
                 break
     # The tightest bound: least slack on average, then the most often reached.
-    return min(found, key=lambda h: (h.slack, -h.attained, h.arg), default=None)
+    if not found:
+        return None
+    return min(found, key=lambda h: (h.slack, -h.attained, h.arg))
 
 
 def describe(api: str, prop: str, op: str, arg: str) -> str:
