@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, SupportsIndex
 
 import wrapt
 
@@ -32,7 +32,7 @@ class TracedFunction(wrapt.FunctionWrapper):
 
     __bound_function_wrapper__ = TracedBoundFunction
 
-    def __reduce_ex__(self, protocol: int) -> Any:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         wrapped = self.__wrapped__
         return _resolve_qualified, (wrapped.__module__, wrapped.__qualname__)
 

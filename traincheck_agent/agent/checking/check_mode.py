@@ -344,7 +344,7 @@ class CheckSink:
             warn(f"cannot start the checker process ({exc}); checking in the training process")
             return
         self.process = process
-        debug(f"check mode: checking in a child process (pid {process.proc.pid})")
+        debug(f"check mode: checking in a child process (pid {process.proc.pid if process.proc else '?'})")
 
     def _on_process_error(self, message: str) -> None:
         with self._report_lock:

@@ -69,5 +69,5 @@ def install(module: Any) -> None:
     if isinstance(engine, type) and "step" in vars(engine):
         wrap_attribute(engine, "step", make_call_wrapper(
             ENGINE_STEP, args_level=DESCRIBE_SUMMARY, returns_level=DESCRIBE_NONE,
-            func_for_names=engine.step, is_method=True, before=_engine_step_before, after=_engine_step_after,
+            func_for_names=vars(engine)["step"], is_method=True, before=_engine_step_before, after=_engine_step_after,
         ))

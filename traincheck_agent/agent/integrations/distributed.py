@@ -63,6 +63,6 @@ def install(module: Any) -> None:
     if isinstance(ddp, type):
         wrap_attribute(ddp, "__init__", make_call_wrapper(
             "torch.nn.parallel.DistributedDataParallel.__init__", args_level=DESCRIBE_SUMMARY,
-            returns_level=DESCRIBE_NONE, func_for_names=ddp.__init__, is_method=True,
+            returns_level=DESCRIBE_NONE, func_for_names=vars(ddp)["__init__"], is_method=True,
             after=_ddp_init_after, describe_self=False,
         ))

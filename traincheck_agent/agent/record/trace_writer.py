@@ -362,7 +362,7 @@ class TraceWriter:
         if self._dropped_capped:  # the file is full: the records still reach the sink
             self._dropped_capped += len(batch)
             return self._feed_sink(batch)
-        data = self._serialise(batch)  # before the sink sees the records, whatever it does with them
+        data: bytes | bytearray = self._serialise(batch)  # before the sink sees the records, whatever it does with them
         if not self._feed_sink(batch):
             return False
         if not data or not self._write_file:
@@ -390,7 +390,7 @@ class TraceWriter:
     def _start_capping(self, records: int) -> None:
         self._dropped_capped = records
         warn_once(f"trace-capped-{id(self)}",
-                  f"trace file {self._path} reached the size limit ({self._max_bytes / 2**20:.4g} MiB, "
+                  f"trace file {self._path} reached the size limit ({(self._max_bytes or 0) / 2**20:.4g} MiB, "
                   "TRAINCHECK_MAX_TRACE_MB); later records of this process are not written (their number "
                   "goes into a note at the end of the file)")
 
