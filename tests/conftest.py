@@ -148,6 +148,15 @@ class InProcessAgent:
             stop_in_process()
 
 
+def collect_mlp_in_process(agent_in_process: Any, root: Path, name: str, *args: str) -> Path:
+    """``collect_mlp`` in this process: the MLP pipeline with ``args`` under ``root / name``."""
+    out = root / name
+    agent = agent_in_process("collect", out_dir=out)
+    run_script(MLP, *args)
+    agent.stop()
+    return out
+
+
 @pytest.fixture
 def agent_in_process(tmp_path: Path):
     """Start the agent in the pytest process, on the torch it has already imported:

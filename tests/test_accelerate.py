@@ -12,6 +12,10 @@ from conftest import PIPELINES, agent_env, run_python
 from traincheck_agent.inference.engine import check_offline, infer_invariants
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 
+# Every test here starts Python child processes (real training under the agent, launchers, the
+# startup hook, the CLI): the slow tier.
+pytestmark = pytest.mark.slow
+
 SCRIPT = str(PIPELINES / "accelerate_train.py")
 
 

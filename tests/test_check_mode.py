@@ -14,6 +14,10 @@ from traincheck_agent.agent.checking.check_mode import ABORT_EXIT_STATUS
 from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import read_invariants, write_invariants
 
+# Every test here starts Python child processes (real training under the agent, launchers, the
+# startup hook, the CLI): the slow tier.
+pytestmark = pytest.mark.slow
+
 MLP = str(PIPELINES / "mlp_train.py")
 
 
