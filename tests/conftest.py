@@ -1,5 +1,5 @@
-"""Shared helpers: run a real training script in a child process under the agent, and read
-back what it recorded."""
+"""Shared helpers: run a real training script in a child process under the agent, or run the
+agent inside the pytest process itself (``agent_in_process``), and read back what it recorded."""
 
 from __future__ import annotations
 
@@ -86,3 +86,112 @@ def read_traces(out_dir: Path) -> list[Trace]:
 @pytest.fixture
 def pipelines() -> Path:
     return PIPELINES
+
+
+# -- the agent in the pytest process ----------------------------------------------------------
+
+def _watched_attributes() -> dict[str, Any]:
+    """Attributes of torch the core probes wrap, as found in their owners' ``__dict__``."""
+    import torch
+
+    return {
+        "Module.__call__": vars(torch.nn.Module)["__call__"],
+        "Module.train": vars(torch.nn.Module)["train"],
+        "Module.zero_grad": vars(torch.nn.Module)["zero_grad"],
+        "Optimizer.__init__": vars(torch.optim.Optimizer)["__init__"],
+        "Tensor.backward": vars(torch.Tensor)["backward"],
+        "autograd.backward": torch.autograd.backward,
+    }
+
+
+def run_script(path: str | Path, *args: str) -> dict[str, Any]:
+    """Run a pipeline script in this process as ``__main__`` with ``args`` (the in-process
+    counterpart of ``run_python``); returns the script's globals."""
+    import runpy
+
+    saved = sys.argv
+    sys.argv = [str(path), *args]
+    try:
+        return runpy.run_path(str(path), run_name="__main__")
+    finally:
+        sys.argv = saved
+
+
+@dataclass
+class InProcessAgent:
+    """The agent active in this process; ``trace()`` flushes its writer and reads the trace."""
+
+    mode: str
+    out_dir: Path
+    writer: Any
+    stopped: bool = False
+
+    def flush(self) -> None:
+        if self.writer is not None and not self.stopped:
+            self.writer.flush(10.0)
+
+    def traces(self) -> list[Trace]:
+        self.flush()
+        return read_traces(self.out_dir)
+
+    def trace(self) -> Trace:
+        traces = self.traces()
+        assert len(traces) == 1, [t.path for t in traces]
+        return traces[0]
+
+    def stop(self) -> None:
+        """Take the agent out (the writer is closed: its last records are written)."""
+        if not self.stopped:
+            from traincheck_agent.agent.in_process import stop_in_process
+
+            self.stopped = True
+            stop_in_process()
+
+
+def collect_mlp_in_process(agent_in_process: Any, root: Path, name: str, *args: str) -> Path:
+    """``collect_mlp`` in this process: the MLP pipeline with ``args`` under ``root / name``."""
+    out = root / name
+    agent = agent_in_process("collect", out_dir=out)
+    run_script(MLP, *args)
+    agent.stop()
+    return out
+
+
+@pytest.fixture
+def agent_in_process(tmp_path: Path):
+    """Start the agent in the pytest process, on the torch it has already imported:
+    ``agent_in_process(mode="collect", out_dir=None, **settings)`` where ``settings`` are
+    ``TRAINCHECK_*`` values (``TRAINCHECK_POLICY=...``), as for ``agent_env``; the process
+    environment is not read. Check mode runs its checker in a thread unless
+    ``TRAINCHECK_CHECKER`` says otherwise. Returns an ``InProcessAgent``; at the end of the test
+    the agent is taken out, and torch's wrapped attributes and the SIGTERM handler are checked
+    to be what they were. The agent never installs the flush at exit or on SIGTERM here
+    (``agent.in_process``): tests of those need a child process."""
+    import signal
+
+    before = _watched_attributes()
+    sigterm = signal.getsignal(signal.SIGTERM)
+    started: list[InProcessAgent] = []
+
+    def start(mode: str = "collect", out_dir: Path | None = None, **settings: str) -> InProcessAgent:
+        from traincheck_agent.agent.in_process import start_in_process
+
+        assert not any(not a.stopped for a in started), "one agent at a time"
+        out = out_dir if out_dir is not None else tmp_path / f"agent{len(started)}"
+        env = {"TRAINCHECK_MODE": mode, "TRAINCHECK_OUT": str(out), **settings}
+        if mode == "check":
+            env.setdefault("TRAINCHECK_CHECKER", "thread")
+        agent = InProcessAgent(mode, out, None)
+        started.append(agent)
+        agent.writer = start_in_process(mode, env)
+        return agent
+
+    try:
+        yield start
+    finally:
+        for agent in started:
+            agent.stop()
+    after = _watched_attributes()
+    changed = [name for name, value in before.items() if after[name] is not value]
+    assert not changed, f"left wrapped after the agent was taken out: {changed}"
+    assert signal.getsignal(signal.SIGTERM) is sigterm

@@ -13,6 +13,10 @@ from traincheck_agent.check.offline import check_offline
 from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 
+# Every test here starts Python child processes (real training under the agent, launchers, the
+# startup hook, the CLI): the slow tier.
+pytestmark = pytest.mark.slow
+
 SCRIPT = str(PIPELINES / "accelerate_train.py")
 
 

@@ -407,6 +407,7 @@ def _warnings(stderr: str) -> list[str]:
 # ----------------------------------------------------------------------- the CLI
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", BY_KIND["invariants"], ids=lambda c: c.id)
 def test_cli_refuses_a_bad_invariants_file(case, ref, made):
     path = made[case.id]
@@ -419,6 +420,7 @@ def test_cli_refuses_a_bad_invariants_file(case, ref, made):
         assert took < HOSTILE_LIMIT_S
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", BY_KIND["trace"], ids=lambda c: c.id)
 def test_cli_refuses_a_bad_trace(case, ref, made):
     path = made[case.id]
@@ -435,6 +437,7 @@ def test_cli_refuses_a_bad_trace(case, ref, made):
     assert not (ref["root"] / "never.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", BY_KIND["violations"], ids=lambda c: c.id)
 def test_report_skips_a_bad_violation_record_naming_it(case, tmp_path):
     """The report is written from the good records; one line names the first bad one, exit 2."""
@@ -448,6 +451,7 @@ def test_report_skips_a_bad_violation_record_naming_it(case, tmp_path):
     assert took < HOSTILE_LIMIT_S
 
 
+@pytest.mark.slow
 def test_an_empty_trace_next_to_good_ones_is_skipped_not_fatal(ref, made):
     out = ref["root"] / "with_empty.json"
     proc, _ = _traincheck("infer", ref["trace"], made["trace-empty"], "-o", out)
@@ -456,6 +460,7 @@ def test_an_empty_trace_next_to_good_ones_is_skipped_not_fatal(ref, made):
     assert json.loads(out.read_text())["invariants"] == json.loads(ref["inv"].read_text())["invariants"]
 
 
+@pytest.mark.slow
 def test_cli_refuses_an_unwritable_output(ref):
     proc, _ = _traincheck("infer", ref["trace"], "-o", ref["root"])
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -465,6 +470,7 @@ def test_cli_refuses_an_unwritable_output(ref):
 # ----------------------------------------------------------------------- the agent
 
 
+@pytest.mark.slow
 def test_check_run_skips_only_the_bad_invariants_files_and_values(ref, made, agent_runs):
     proc, out = agent_runs["check"]
     assert proc.returncode == 0, proc.stderr
@@ -476,6 +482,7 @@ def test_check_run_skips_only_the_bad_invariants_files_and_values(ref, made, age
     assert "[traincheck] debug:" not in proc.stderr  # TRAINCHECK_DEBUG=maybe is no
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", BY_KIND["invariants"], ids=lambda c: c.id)
 def test_agent_skips_a_bad_invariants_file_naming_it(case, made, agent_runs):
     warnings = _warnings(agent_runs["check"][0].stderr)
@@ -483,6 +490,7 @@ def test_agent_skips_a_bad_invariants_file_naming_it(case, made, agent_runs):
     assert len(mine) == 1 and case.problem in mine[0] and mine[0].endswith("; this file is skipped"), warnings
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", BY_KIND["env"], ids=lambda c: c.id)
 def test_agent_warns_about_a_bad_value_and_uses_the_default(case, made, agent_runs):
     warnings = _warnings(agent_runs["check"][0].stderr)
@@ -490,6 +498,7 @@ def test_agent_warns_about_a_bad_value_and_uses_the_default(case, made, agent_ru
     assert len(mine) == 1 and case.problem in mine[0], warnings
 
 
+@pytest.mark.slow
 def test_collect_run_keeps_the_good_policies(ref, agent_runs):
     proc, out = agent_runs["collect"]
     assert proc.returncode == 0, proc.stderr
@@ -501,6 +510,7 @@ def test_collect_run_keeps_the_good_policies(ref, agent_runs):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", BY_KIND["policy"], ids=lambda c: c.id)
 def test_agent_reports_a_bad_policy_naming_it(case, made, agent_runs):
     warnings = _warnings(agent_runs["collect"][0].stderr)
@@ -512,6 +522,7 @@ def test_agent_reports_a_bad_policy_naming_it(case, made, agent_runs):
     assert all(len(w) < 600 for w in mine)  # however large the value, the message stays short
 
 
+@pytest.mark.slow
 def test_policy_files_are_refused_quickly(made):
     from traincheck_agent.policy import load_policies
 
@@ -521,6 +532,7 @@ def test_policy_files_are_refused_quickly(made):
     assert time.perf_counter() - started < 2 and len(problems) == len(hostile)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("variable", "value"), NON_FINITE_ENV)
 def test_non_finite_env_values_fall_back_to_the_default(variable, value, tmp_path, ref):
     proc = run_python([MLP, *STEPS], agent_env("collect", tmp_path, **{variable: value}))

@@ -14,6 +14,10 @@ from traincheck_agent.agent.checking.check_mode import ABORT_EXIT_STATUS
 from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import read_invariants, write_invariants
 
+# Every test here starts Python child processes (real training under the agent, launchers, the
+# startup hook, the CLI): the slow tier.
+pytestmark = pytest.mark.slow
+
 MLP = str(PIPELINES / "mlp_train.py")
 
 
@@ -282,9 +286,8 @@ def test_requirements_follow_the_subjects():
     assert requirements_for([batches], policy, world_size=1).checked == []  # one process: nothing to compare
     reduced, core = reduce_policy(policy, req)
     assert {r.module: r.include for r in reduced.apis.values()} == {
-        "torch.nn.functional": ("dropout",), "torch.utils.data.dataloader": ("_BaseDataLoaderIter.__next__",),
-        # The framework entry points stay wrapped, unrecorded: they name models and note engines.
-        "deepspeed": ("initialize",), "accelerate.accelerator": ("Accelerator.prepare",)}
+        "torch.nn.functional": ("dropout",), "torch.utils.data.dataloader": ("_BaseDataLoaderIter.__next__",)}
+    # (The framework entry points that name models are the integrations' own wrappers, not the policy's.)
     assert core == ["torch.optim.Adam.step", "torch.optim.Optimizer.zero_grad"]  # the core probes see those
     assert set(reduced.state) == {"after:optimizer.step"}
     # DistinctArgument judges outermost calls: every API of the policy stays wrapped.

@@ -72,6 +72,7 @@ def frozen_check(runs, tmp_path_factory):
     return proc, out
 
 
+@pytest.mark.slow
 def test_optimizer_over_frozen_parameters_exits_1_with_records(frozen_check):
     proc, out = frozen_check
     assert proc.returncode == 1, proc.stderr
@@ -100,6 +101,7 @@ def test_optimizer_over_frozen_parameters_exits_1_with_records(frozen_check):
     assert records[0]["resource"]["process.pid"] == int(re.search(r"_pid(\d+)", records[0]["evidence"]["trace"])[1])
 
 
+@pytest.mark.slow
 def test_optimizer_over_frozen_parameters_top_group_is_the_cause(frozen_check, runs):
     proc, out = frozen_check
     invariants = {i.id: i for i in read_invariants(runs["inv"])}
@@ -117,6 +119,7 @@ def test_optimizer_over_frozen_parameters_top_group_is_the_cause(frozen_check, r
     assert first.startswith("  1. GradApplied optimizer.step: model.head.{bias,weight}  steps 0-2")
 
 
+@pytest.mark.slow
 def test_examples_outside_the_references_domain_are_counted_not_judged(frozen_check):
     """The frozen backbone's parameters are in the buggy optimizer, so zero_grad sees
     requires_grad=False, which no reference showed it: counted in a stats record and in the
@@ -134,6 +137,7 @@ def test_examples_outside_the_references_domain_are_counted_not_judged(frozen_ch
     assert not [r for r in _records(out) if "zero_grad" in r["message"] and r["variable"].startswith("model.backbone")]
 
 
+@pytest.mark.slow
 def test_stderr_is_rate_limited_and_the_jsonl_keeps_everything(frozen_check):
     proc, out = frozen_check
     records = _records(out)
@@ -159,6 +163,7 @@ def test_stderr_is_rate_limited_and_the_jsonl_keeps_everything(frozen_check):
                     r"invariant ga-[0-9a-f]{12} \(GradApplied\)$", line), line
 
 
+@pytest.mark.slow
 def test_forgotten_zero_grad_top_group_is_about_grads_at_step_1(runs, tmp_path):
     proc = traincheck("check", runs["bug_no_zero_grad"], "-i", runs["inv"], "--out", tmp_path / "out")
     assert proc.returncode == 1, proc.stderr
@@ -173,6 +178,7 @@ def test_forgotten_zero_grad_top_group_is_about_grads_at_step_1(runs, tmp_path):
     assert any(g.relation == "APISequence" and g.apis == ["torch.optim.Optimizer.zero_grad"] for g in groups)
 
 
+@pytest.mark.slow
 def test_clean_run_exits_0(runs, tmp_path):
     proc = traincheck("check", runs["clean"], "-i", runs["inv"], "--out", tmp_path / "out")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -181,6 +187,7 @@ def test_clean_run_exits_0(runs, tmp_path):
     assert list((tmp_path / "out").glob("violations-*.jsonl")) == []
 
 
+@pytest.mark.slow
 def test_rerun_replaces_the_violations_files(runs, tmp_path):
     out = tmp_path / "out"
     first = traincheck("check", runs["bug_frozen"], "-i", runs["inv"], "--out", out)
@@ -192,12 +199,14 @@ def test_rerun_replaces_the_violations_files(runs, tmp_path):
     assert (out / "keep.txt").read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_default_out_directory(runs, tmp_path):
     proc = traincheck("check", runs["bug_frozen"], "-i", runs["inv"], cwd=tmp_path)
     assert proc.returncode == 1
     assert (tmp_path / "traincheck_check" / "violations-0.jsonl").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("content", "problem"), [
     ("{not json", "line 1: not valid JSON"),
     ('{"format": "traincheck-invariants", "version": 1, "invariants": [3]}', "invariants[0]: expected an object"),
@@ -211,6 +220,7 @@ def test_malformed_invariants_file_exits_2_naming_it(runs, tmp_path, content, pr
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_bad_traces_exit_2_naming_the_file(runs, tmp_path):
     missing = traincheck("check", tmp_path / "nope", "-i", runs["inv"], "--out", tmp_path / "o")
     assert missing.returncode == 2 and str(tmp_path / "nope") in missing.stderr
@@ -227,6 +237,7 @@ def test_bad_traces_exit_2_naming_the_file(runs, tmp_path):
     assert "Traceback" not in damaged.stderr + missing.stderr + nothing.stderr + no_inv.stderr
 
 
+@pytest.mark.slow
 def test_a_trace_with_no_complete_line_is_skipped(runs, tmp_path):
     traces = tmp_path / "traces"
     traces.mkdir()

@@ -51,6 +51,7 @@ def _in_thread(invariants: list[Invariant], records: list[dict], coverage: list 
     return found
 
 
+@pytest.mark.slow
 def test_worker_reports_what_the_in_process_checker_finds(learned):
     _, invariants, records = learned
     coverage: list[dict] = []
@@ -69,6 +70,7 @@ def test_worker_reports_what_the_in_process_checker_finds(learned):
     assert sorted(map(_key, got)) == sorted(map(_key, expected))
 
 
+@pytest.mark.slow
 def test_process_and_thread_checkers_log_the_same_violations(learned, tmp_path):
     inv_path, _, _ = learned
     runs = {}
@@ -86,6 +88,7 @@ def test_process_and_thread_checkers_log_the_same_violations(learned, tmp_path):
     assert runs["process"] and runs["process"] == runs["thread"]
 
 
+@pytest.mark.slow
 def test_a_killed_checker_process_hands_over_to_the_training_process(learned, tmp_path, capsys):
     _, invariants, records = learned
     half = next(k for k, r in enumerate(records) if r.get("step") == 2)
@@ -139,6 +142,7 @@ print(json.dumps({"losses": losses}))
 '''
 
 
+@pytest.mark.slow
 def test_a_forked_helper_does_not_hold_the_checker_open(tmp_path):
     """A child forked after the checker started inherits the pipe to it and drops its copy, so
     the checker sees the end of its input when the training process closes it, however long
@@ -187,6 +191,7 @@ def test_auto_checker_takes_a_process_only_where_a_core_is_left_over(env, cores,
     assert spare_core(env, cores=cores) is spare
 
 
+@pytest.mark.slow
 def test_raise_and_abort_always_check_in_the_training_process(learned, tmp_path):
     _, invariants, records = learned
     for action in ("raise", "abort"):
@@ -195,6 +200,7 @@ def test_raise_and_abort_always_check_in_the_training_process(learned, tmp_path)
         assert sink.process is None and sink.checker_kind == "thread"
 
 
+@pytest.mark.slow
 def test_a_checker_process_lost_before_the_first_record_leaves_a_full_checker_here(learned, tmp_path, capsys):
     _, invariants, records = learned
     sink = CheckSink(invariants, out_dir=tmp_path, checker="process")

@@ -110,6 +110,7 @@ def test_summary_text(traces: Path, capsys) -> None:
     assert "model.fc.weight" in out
 
 
+@pytest.mark.slow
 def test_summary_json(traces: Path) -> None:
     result = _cli("trace", "summary", "--json", str(traces))
     assert result.returncode == 0, result.stderr
@@ -118,6 +119,7 @@ def test_summary_json(traces: Path) -> None:
     assert data["runs"]["runA"]["0"]["calls"]["torch.optim.Adam.step"] == 5
 
 
+@pytest.mark.slow
 def test_malformed_trace_exits_2_without_traceback(traces: Path) -> None:
     bad = traces / "trace_runA_rank0_pid100.jsonl"
     lines = bad.read_bytes().splitlines(keepends=True)
@@ -190,12 +192,14 @@ def test_demo_calls_run_demo_lazily(monkeypatch, tmp_path: Path) -> None:
     assert main(["demo", "--steps", "0"]) == 2
 
 
+@pytest.mark.slow
 def test_python_dash_m_version() -> None:
     result = _cli("--version")
     assert result.returncode == 0
     assert result.stdout.strip() == f"traincheck {__version__}"
 
 
+@pytest.mark.slow
 def test_demo_runs_the_whole_loop_for_real(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "traincheck_agent", "demo", "--out", str(tmp_path / "d"),
                            "--steps", "12"], capture_output=True, text=True, timeout=600)

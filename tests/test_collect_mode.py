@@ -8,9 +8,14 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import PIPELINES, agent_env, read_traces, run_python
 
 from traincheck_agent.examples import cnn_train
+
+# Every test here starts Python child processes (real training under the agent, launchers, the
+# startup hook, the CLI): the slow tier.
+pytestmark = pytest.mark.slow
 
 MLP = str(PIPELINES / "mlp_train.py")
 

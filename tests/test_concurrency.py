@@ -23,6 +23,10 @@ from pathlib import Path
 import pytest
 from conftest import PIPELINES, agent_env
 
+# Every test here starts Python child processes (real training under the agent, launchers, the
+# startup hook, the CLI): the slow tier.
+pytestmark = pytest.mark.slow
+
 THREADS = str(PIPELINES / "threads_train.py")
 HOGWILD = str(PIPELINES / "hogwild_train.py")
 RUN_TIMEOUT_S = 150

@@ -12,11 +12,16 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from conftest import PIPELINES, agent_env, read_traces, run_python
 
 from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import write_invariants
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
+
+# Every test here starts Python child processes (real training under the agent, launchers, the
+# startup hook, the CLI): the slow tier.
+pytestmark = pytest.mark.slow
 
 MLP = str(PIPELINES / "mlp_train.py")
 

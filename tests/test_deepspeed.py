@@ -16,6 +16,10 @@ from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import write_invariants
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 
+# Every test here starts Python child processes (real training under the agent, launchers, the
+# startup hook, the CLI): the slow tier.
+pytestmark = pytest.mark.slow
+
 
 def _torchrun(out: Path, mode: str, *args: str, **env: str) -> Path:
     cmd = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(PIPELINES / "deepspeed_train.py"),

@@ -20,6 +20,10 @@ from traincheck_agent.faults import ENV, STAGES
 from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import write_invariants
 
+# Every test here starts Python child processes (real training under the agent, launchers, the
+# startup hook, the CLI): the slow tier.
+pytestmark = pytest.mark.slow
+
 MLP = str(PIPELINES / "mlp_train.py")
 RAISING = str(PIPELINES / "raising_train.py")
 DDP = str(PIPELINES / "ddp_train.py")

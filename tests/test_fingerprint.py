@@ -520,6 +520,7 @@ def test_kernel_failure_falls_back_to_reference_and_warns_once(monkeypatch, caps
     assert len(lines) == 1 and "no kernel today" in lines[0]
 
 
+@pytest.mark.slow
 def test_fingerprint_package_does_not_import_orjson_or_triton():
     code = (
         "import sys, torch; import traincheck_agent.fingerprint as f; "
@@ -570,6 +571,7 @@ _INTERPRETER_SCRIPT = textwrap.dedent(
 TRITON_SITE = Path(__file__).resolve().parent.parent / ".triton-site"
 
 
+@pytest.mark.slow
 def test_triton_kernel_in_interpreter_matches_reference():
     env = dict(os.environ, TRITON_INTERPRET="1")
     if TRITON_SITE.is_dir():

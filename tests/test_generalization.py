@@ -96,6 +96,7 @@ def _check(references: list[Path], target: Path) -> tuple[list[Invariant], list[
     return invariants, check_offline(invariants, [target], coverage=coverage), coverage
 
 
+@pytest.mark.slow
 def test_a_model_without_mlp_is_not_judged_by_mlp_ordering(single):
     """Learned from an MLP script: "MLP.forward (and cross_entropy) is called between steps".
     A residual net trained with MSE has neither: not covered, never a violation."""
@@ -107,6 +108,7 @@ def test_a_model_without_mlp_is_not_judged_by_mlp_ordering(single):
     assert "a program that never calls it" in reasons  # cross_entropy
 
 
+@pytest.mark.slow
 def test_frozen_blocks_and_stochastic_depth_stay_quiet(single):
     """A block skipped for the whole batch gets no grad, and a frozen block (handed to the
     optimizer all the same) neither: backward and step leave them alone."""
@@ -115,6 +117,7 @@ def test_frozen_blocks_and_stochastic_depth_stay_quiet(single):
         assert violations == [], target
 
 
+@pytest.mark.slow
 def test_conv_under_autocast_is_outside_float32_references(single):
     invariants, violations, coverage = _check([single["cnn"]], single["cnn_bf16"])
     conv = [i for i in invariants if i.relation == "ConsistentOutput" and i.subject["api"] == "torch.nn.Conv2d.forward"]
@@ -126,6 +129,7 @@ def test_conv_under_autocast_is_outside_float32_references(single):
         {i.id: i for i in invariants})
 
 
+@pytest.mark.slow
 def test_an_inference_only_script_is_not_judged_by_training_order(single):
     """Dropout and batch norm are first called in training mode in every reference; a script
     that only evaluates never trains, so those sightings are not covered."""
@@ -136,6 +140,7 @@ def test_an_inference_only_script_is_not_judged_by_training_order(single):
     assert any(coverage.outside.get(i.id) and coverage.reasons[i.id] == "a program that never trains" for i in leads)
 
 
+@pytest.mark.slow
 def test_reinitialising_a_weight_through_data_is_caught(tmp_path):
     """``p.data`` is a new tensor object at each access; the init routine's second
     ``p.data.normal_()`` on the same weight is still the same parameter, given twice."""
@@ -182,6 +187,7 @@ def residual(tmp_path_factory) -> dict[str, Path]:
     return runs
 
 
+@pytest.mark.slow
 def test_a_custom_init_that_a_generic_init_loop_repeats_is_caught(residual):
     """The custom layer initialises itself with ``normal_`` / ``zero_``; an ``isinstance``
     match in the model's init loop then gives it ``xavier_uniform_`` / ``zeros_`` too. No API
@@ -196,6 +202,7 @@ def test_a_custom_init_that_a_generic_init_loop_repeats_is_caught(residual):
     assert "(first by torch.Tensor.normal_)" in " ".join(v["message"] for v in found)
 
 
+@pytest.mark.slow
 def test_a_module_that_escapes_autocast_is_caught_by_name(residual):
     invariants, _ = infer_invariants([residual["amp"], residual["amp2"]])
     coverage = Coverage()
@@ -209,6 +216,7 @@ def test_a_module_that_escapes_autocast_is_caught_by_name(residual):
     assert check_offline(region, [residual["ref"]]) == []
 
 
+@pytest.mark.slow
 def test_dropout_left_at_its_default_in_evaluation_is_caught(residual):
     invariants, _ = infer_invariants([residual["ref"], residual["ref2"]])
     found = [v for v in check_offline(invariants, [residual["dropout_bug"]]) if v["relation"] == "ContextArgument"]
@@ -220,6 +228,7 @@ def test_dropout_left_at_its_default_in_evaluation_is_caught(residual):
     assert not [i for i in invariants if i.relation == "ContextArgument" and i.subject["api"] in MODE_SETTERS]
 
 
+@pytest.mark.slow
 def test_an_init_applied_twice_through_module_apply_is_caught(residual):
     """``model.apply(init)`` nests every initialiser in a recorded call; they are judged all
     the same, while the fills inside an initialiser or a ``reset_parameters`` are not."""
@@ -231,6 +240,7 @@ def test_an_init_applied_twice_through_module_apply_is_caught(residual):
     assert "torch.nn.init.kaiming_uniform_" in {v["api"] for v in found}
 
 
+@pytest.mark.slow
 def test_training_left_in_eval_mode_is_caught_at_the_first_step_it_takes(residual):
     invariants, _ = infer_invariants([residual["ref"], residual["ref2"]])
     mode = [i for i in invariants if i.relation == "UpdateMode"]
@@ -240,6 +250,7 @@ def test_training_left_in_eval_mode_is_caught_at_the_first_step_it_takes(residua
     assert {v["step"] for v in found if v["relation"] == "UpdateMode"} == {3, 4, 5}
 
 
+@pytest.mark.slow
 def test_a_second_optimizer_stepped_after_the_clocks_applies_its_grads(residual):
     """The clock counts the first optimizer's step; the head's optimizer steps after it, in what
     the clock calls the next iteration. Its grads are applied all the same."""
@@ -290,6 +301,7 @@ def ranks(tmp_path_factory) -> dict[str, Path]:
     return runs
 
 
+@pytest.mark.slow
 def test_mixed_ddp_and_tensor_parallel_references_keep_cross_rank_equality(ranks):
     """DDP parameters carry no ``partition_dim``; the tensor-parallel shards do and differ
     across ranks. Pooled, "the data is equal on every rank" survives with a precondition that
@@ -304,6 +316,7 @@ def test_mixed_ddp_and_tensor_parallel_references_keep_cross_rank_equality(ranks
     assert check_offline(invariants, [ranks["ddp_clean"]]) == []
 
 
+@pytest.mark.slow
 def test_replicated_parameters_of_an_unmarked_tensor_parallel_layout_are_named(ranks):
     """Without framework markings, a replicated LayerNorm and a shard look alike in every feature;
     pooled with DDP, no precondition tells the shards from the replicas. The variables that were
@@ -320,6 +333,7 @@ def test_replicated_parameters_of_an_unmarked_tensor_parallel_layout_are_named(r
     assert check_offline(invariants, [ranks["ddp_clean"]]) == []
 
 
+@pytest.mark.slow
 def test_ranks_started_with_spawn_are_checked_online(tmp_path):
     """No launcher variables: the process group comes up inside the script. The cross-rank
     invariants are kept at start-up and checked once it is up."""
@@ -549,6 +563,7 @@ def test_a_wrong_context_ranks_before_what_it_changed():
 TWO_STAGE = str(PIPELINES / "two_stage_train.py")
 
 
+@pytest.mark.slow
 def test_a_new_optimizer_takes_over_the_clock_and_stale_grads_are_not_backwards(tmp_path):
     """A pretext stage, then fine-tuning with a new optimizer in the same variable: the steps
     go on counting, and the pretext head, which keeps its last grad while backward never reaches

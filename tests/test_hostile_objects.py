@@ -8,6 +8,7 @@ contains is reported as one line: the run ends as it does without the agent.
 
 from __future__ import annotations
 
+import pytest
 from conftest import PIPELINES, agent_env, run_parallel, run_python
 
 from traincheck_agent.agent import runtime
@@ -27,6 +28,7 @@ def _other_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if not line.startswith("[traincheck]")]
 
 
+@pytest.mark.slow
 def test_hostile_arguments_leave_collect_and_check_runs_as_plain(tmp_path):
     ref = tmp_path / "ref"
     plain, collect = run_parallel(([HOSTILE], agent_env(None, None)), ([HOSTILE], agent_env("collect", ref)))

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, collect_mlp, run_python
+from conftest import PIPELINES, agent_env, collect_mlp, collect_mlp_in_process, run_python
 
 from traincheck_agent.check.offline import check_offline
 from traincheck_agent.inference import stream
@@ -42,6 +42,7 @@ def _by_subject(invariants):
             for i in invariants if i.relation == "StateTransition"}
 
 
+@pytest.mark.slow
 def test_core_training_invariants_are_learned(runs):
     invariants, files = infer_invariants([runs["reference"]])
     found = _by_subject(invariants)
@@ -62,6 +63,7 @@ def test_core_training_invariants_are_learned(runs):
     assert clauses(("zero_grad", "grad", "changed")) == ["before.grad = nonzero", "first_in_step = True"]
 
 
+@pytest.mark.slow
 def test_frozen_parameters_are_not_examples_of_backward(runs):
     """Backward touches only parameters that require grad: a frozen backbone neither breaks
     "backward leaves the grad non-zero" nor needs a precondition, and the domain says which
@@ -73,6 +75,7 @@ def test_frozen_parameters_are_not_examples_of_backward(runs):
     assert fills.domain["dtype"] == ["float32"]
 
 
+@pytest.mark.slow
 def test_invariants_file_is_deterministic(runs, tmp_path):
     first, files1 = infer_invariants([runs["reference"], runs["frozen_reference"]])
     second, files2 = infer_invariants([runs["frozen_reference"], runs["reference"]])
@@ -82,6 +85,7 @@ def test_invariants_file_is_deterministic(runs, tmp_path):
     assert [i.id for i in read_invariants(tmp_path / "a.json")] == [i.id for i in first]
 
 
+@pytest.mark.slow
 def test_clean_variants_violate_nothing(runs):
     invariants, _ = infer_invariants([runs["reference"], runs["frozen_reference"]])
     assert check_offline(invariants, [runs["clean_sgd"]]) == []
@@ -89,6 +93,7 @@ def test_clean_variants_violate_nothing(runs):
     assert check_offline(invariants, [runs["clean_accumulation"]]) == []
 
 
+@pytest.mark.slow
 def test_forgotten_zero_grad_is_caught_in_the_first_iteration_it_matters(runs):
     invariants, _ = infer_invariants([runs["reference"], runs["frozen_reference"]])
     all_violations = check_offline(invariants, [runs["bug_no_zero_grad"]])
@@ -105,6 +110,7 @@ def test_forgotten_zero_grad_is_caught_in_the_first_iteration_it_matters(runs):
         "model.head.weight", "model.head.bias"}
 
 
+@pytest.mark.slow
 def test_optimizer_over_frozen_parameters_is_caught_in_the_first_step(runs):
     """The optimizer holds the frozen backbone: its parameters have no grads, so the step leaves
     them alone as it would in a correct fine-tune; the fault is that the head gets grads that no
@@ -118,6 +124,7 @@ def test_optimizer_over_frozen_parameters_is_caught_in_the_first_step(runs):
 
 
 
+@pytest.mark.slow
 def test_cli_infer_and_show(runs, tmp_path):
     out = tmp_path / "inv.json"
     cmd = [sys.executable, "-m", "traincheck_agent", "infer", str(runs["reference"]), "-o", str(out)]
@@ -130,6 +137,7 @@ def test_cli_infer_and_show(runs, tmp_path):
     assert all("zero_grad" in line for line in show.stdout.splitlines()[:-1])
 
 
+@pytest.mark.slow
 def test_inference_progress_bar(runs, tmp_path):
     def infer(*flags):
         cmd = [sys.executable, "-m", "traincheck_agent", "infer", str(runs["reference"]), "-o", str(tmp_path / "i.json"), *flags]
@@ -156,6 +164,7 @@ with torch.no_grad():
 """
 
 
+@pytest.mark.slow
 def test_cli_infer_says_what_it_could_not_learn_and_why(runs, tmp_path):
     script = tmp_path / "one_step.py"
     script.write_text(ONE_STEP)
@@ -179,6 +188,7 @@ def test_cli_infer_says_what_it_could_not_learn_and_why(runs, tmp_path):
     assert not any(line.startswith("[traincheck] StateTransition:") for line in reference), reference
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("content", "problem"), [
     ("{not json", "line 1: not valid JSON"),
     ('{"format": "other"}', "not a traincheck invariants file"),
@@ -212,6 +222,7 @@ def _cross_rank(invariants):
     return {(i.subject["event"], i.subject["attribute"]): i for i in invariants if i.relation == "CrossRankConsistent"}
 
 
+@pytest.mark.slow
 def test_ddp_replicas_are_equal_across_ranks(tmp_path):
     invariants, _ = infer_invariants([_torchrun(tmp_path, "ddp", "ddp_train.py")])
     found = _cross_rank(invariants)
@@ -230,6 +241,7 @@ def test_ddp_replicas_are_equal_across_ranks(tmp_path):
     assert any("after:backward" in v["message"] for v in first)
 
 
+@pytest.mark.slow
 def test_ranks_loading_the_same_batches_are_caught(tmp_path):
     """Without a DistributedSampler every rank trains on the same batches: DDP keeps the
     replicas equal, so only the batch fingerprints across ranks show it."""
@@ -245,6 +257,7 @@ def test_ranks_loading_the_same_batches_are_caught(tmp_path):
     assert check_offline(invariants, [_torchrun(tmp_path, "clean", "ddp_train.py", "--steps", "8", "--seed", "1")]) == []
 
 
+@pytest.mark.slow
 def test_tensor_parallel_replicated_parameters_only_and_the_bloom_bug(tmp_path):
     reference = _torchrun(tmp_path, "tp", "tp_train.py")
     invariants, _ = infer_invariants([reference])
@@ -259,6 +272,7 @@ def test_tensor_parallel_replicated_parameters_only_and_the_bloom_bug(tmp_path):
     assert check_offline(invariants, [_torchrun(tmp_path, "tp_clean", "tp_train.py", "--steps", "4")]) == []
 
 
+@pytest.mark.slow
 def test_output_dtype_follows_the_autocast_context(tmp_path):
     from traincheck_agent.examples import transformer_lm
 
@@ -291,21 +305,32 @@ def test_output_dtype_follows_the_autocast_context(tmp_path):
     assert "returned float32" in violations[0]["message"]
 
 
+@pytest.mark.slow
 def test_a_parameter_initialised_twice_is_caught(tmp_path):
-    refs = [_collect(tmp_path, f"ref{seed}", "--steps", "3", "--init", "normal", "--seed", str(seed)) for seed in (0, 4)]
+    _a_parameter_initialised_twice_is_caught(lambda name, *args: _collect(tmp_path, name, *args))
+
+
+def test_a_parameter_initialised_twice_is_caught_in_process(agent_in_process, tmp_path):
+    _a_parameter_initialised_twice_is_caught(
+        lambda name, *args: collect_mlp_in_process(agent_in_process, tmp_path, name, *args))
+
+
+def _a_parameter_initialised_twice_is_caught(collect) -> None:
+    refs = [collect(f"ref{seed}", "--steps", "3", "--init", "normal", "--seed", str(seed)) for seed in (0, 4)]
     invariants, _ = infer_invariants(refs)
     distinct = [i for i in invariants if i.relation == "DistinctArgument" and i.subject["api"] == "torch.nn.init.normal_"]
     assert len(distinct) == 1 and distinct[0].subject["argument"] == "tensor"
-    buggy = _collect(tmp_path, "bug", "--steps", "3", "--bug", "double-init")
+    buggy = collect("bug", "--steps", "3", "--bug", "double-init")
     violations = [v for v in check_offline(invariants, [buggy]) if v["relation"] == "DistinctArgument"]
     # Once for normal_ itself, once for the initialisers' family.
     assert len(violations) == 2 and {v["step"] for v in violations} == {-1}
     messages = " | ".join(v["message"] for v in violations)
     assert "torch.nn.init.normal_ received the same parameter" in messages
     assert "torch.nn.init.normal_ initialised parameter" in messages
-    assert check_offline(invariants, [_collect(tmp_path, "clean", "--steps", "2", "--init", "normal", "--seed", "9")]) == []
+    assert check_offline(invariants, [collect("clean", "--steps", "2", "--init", "normal", "--seed", "9")]) == []
 
 
+@pytest.mark.slow
 def test_evaluating_before_any_training_forward_is_caught(tmp_path):
     """Spectral norm's power iteration and BatchNorm's running statistics only advance in
     training forwards: an evaluation before the first one uses their initial values."""
@@ -331,6 +356,7 @@ def test_evaluating_before_any_training_forward_is_caught(tmp_path):
     assert check_offline(invariants, [collect("clean", "--seed", "5", "--steps", "5", "--eval-every", "1")]) == []
 
 
+@pytest.mark.slow
 def test_dropout_left_on_in_eval_is_caught_at_the_first_eval(tmp_path):
     from traincheck_agent.examples import cnn_train
 

@@ -63,6 +63,7 @@ def _key(inv) -> tuple[str, str, str]:
     return inv.subject["property"], inv.subject["op"], inv.subject["argument"]
 
 
+@pytest.mark.slow
 def test_the_generate_limits_are_learned(learned):
     for inv in learned:
         print(inv.id, inv.description, inv.support)
@@ -77,11 +78,13 @@ def test_the_generate_limits_are_learned(learned):
         assert inv.support["bound_values"] >= 3 and 2 <= inv.support["attained"] < inv.support["passing"]
 
 
+@pytest.mark.slow
 def test_inference_is_deterministic(runs, learned):
     again = _infer(runs["reference2"][0], runs["reference"][0])
     assert [inv.to_json() for inv in again] == [inv.to_json() for inv in learned]
 
 
+@pytest.mark.slow
 def test_a_clean_variant_with_other_limits_violates_nothing(runs, learned):
     out, report = runs["clean"]
     assert max(g.get("max_new_tokens", 0) for g in report["generations"]) > 8  # beyond the references
@@ -90,6 +93,7 @@ def test_a_clean_variant_with_other_limits_violates_nothing(runs, learned):
     assert [e for inv in learned for e in stream.check(threshold, inv, examples)] == []
 
 
+@pytest.mark.slow
 def test_the_overshooting_loop_is_caught_at_its_steps(runs, learned):
     out, report = runs["overshoot"]
     examples = stream.collect(threshold, [out])
@@ -108,6 +112,7 @@ def test_the_overshooting_loop_is_caught_at_its_steps(runs, learned):
     assert f"= {limit} at step {step}" in record["message"]
 
 
+@pytest.mark.slow
 def test_plain_training_yields_no_incidental_bounds(runs):
     invariants = _infer(runs["mlp"][0])
     for inv in invariants:

@@ -6,7 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import collect_mlp
+import pytest
+from conftest import collect_mlp, collect_mlp_in_process
 
 from traincheck_agent.check.offline import check_offline
 from traincheck_agent.check.online import OnlineChecker
@@ -36,21 +37,32 @@ def _key(v: dict) -> tuple:
     return v["invariant"], v["step"], v.get("variable", ""), v.get("api", ""), v["message"]
 
 
+@pytest.mark.slow
 def test_online_verdicts_equal_the_offline_ones_and_come_early(tmp_path):
-    invariants, _ = infer_invariants([_collect(tmp_path, "ref", "--steps", "8"),
-                                      _collect(tmp_path, "ref2", "--steps", "6", "--seed", "2")])
+    _online_verdicts_equal_the_offline_ones(lambda name, *args: _collect(tmp_path, name, *args))
+
+
+def test_online_verdicts_equal_the_offline_ones_in_process(agent_in_process, tmp_path):
+    _online_verdicts_equal_the_offline_ones(
+        lambda name, *args: collect_mlp_in_process(agent_in_process, tmp_path, name, *args))
+
+
+def _online_verdicts_equal_the_offline_ones(collect) -> None:
+    invariants, _ = infer_invariants([collect("ref", "--steps", "8"),
+                                      collect("ref2", "--steps", "6", "--seed", "2")])
     for bug in ("no-zero-grad", "optimizer-over-frozen"):
-        run = _collect(tmp_path, bug, "--steps", "5", "--bug", bug)
+        run = collect(bug, "--steps", "5", "--bug", bug)
         offline = check_offline(invariants, [run])
         online, fed_when = _online(invariants, run)
         assert offline and sorted(map(_key, online)) == sorted(map(_key, offline))
         total = sum(1 for _ in TraceFile(find_trace_files([run])[0]).records())
         first = min(range(len(online)), key=lambda i: online[i]["step"])
         assert fed_when[first] < total / 2  # reported while the run was young, not at the end
-    clean = _collect(tmp_path, "clean", "--steps", "4", "--seed", "7")
+    clean = collect("clean", "--steps", "4", "--seed", "7")
     assert _online(invariants, clean)[0] == [] == check_offline(invariants, [clean])
 
 
+@pytest.mark.slow
 def test_call_relations_see_only_their_apis_and_judge_as_offline(tmp_path):
     """Relations whose examples are single calls of one API get only the records of the APIs
     their invariants name (``api_filter``); the verdicts stay those of the offline check."""
@@ -76,6 +88,7 @@ def test_cross_rank_relations_are_left_to_the_exchange():
     assert checker.skipped_relations == ["CrossRankConsistent"] and checker.relations == []
 
 
+@pytest.mark.slow
 def test_a_checker_imports_only_the_relations_its_invariants_use():
     """Each entry of the relation table names the module that defines that relation, and a fresh
     interpreter that builds a checker of StateTransition invariants imports no other relation."""
@@ -96,6 +109,7 @@ def test_a_checker_imports_only_the_relations_its_invariants_use():
     assert proc.stdout.strip().splitlines()[-1] == "['state_transition']"
 
 
+@pytest.mark.slow
 def test_a_single_process_checker_loads_no_cross_rank_machinery():
     """Digests and the store exchange serve runs of several ranks: a one-rank run's checker, even
     with cross-rank invariants loaded, never imports them (a two-rank one does)."""
@@ -120,6 +134,7 @@ def test_a_single_process_checker_loads_no_cross_rank_machinery():
         assert f"traincheck_agent.check.{module}" in pair, pair
 
 
+@pytest.mark.slow
 def test_collectors_skip_only_examples_no_invariant_watches(tmp_path):
     """A checker tells each collector the example keys its invariants watch; the collectors
     that skip the others (EventContain, ContextArgument) still build every watched example, the

@@ -112,6 +112,7 @@ def assert_one_line(proc: subprocess.CompletedProcess[str], prefix: str) -> None
     assert lines[0].startswith(prefix), proc.stderr
 
 
+@pytest.mark.slow
 def test_wheel_holds_hook_at_top_level(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     assert set(HOOK_FILES) <= names
@@ -119,6 +120,7 @@ def test_wheel_holds_hook_at_top_level(wheel: Path) -> None:
     assert not any(name.startswith("sitecustomize_pkg/") for name in names)
 
 
+@pytest.mark.slow
 def test_install_places_hook_files(installed: Venv) -> None:
     assert installed.hook_files() == sorted(HOOK_FILES)
     for name in HOOK_FILES:
@@ -127,23 +129,27 @@ def test_install_places_hook_files(installed: Venv) -> None:
         ).read_bytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [None, "", "off"])
 def test_installed_mode_off_is_inert(installed: Venv, mode: str | None) -> None:
     assert_inert(installed.start(mode))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["collect", "check"])
 def test_installed_without_dependencies_warns_once(installed: Venv, mode: str) -> None:
     """No torch or wrapt in this venv: one warning line, and Python still runs."""
     assert_one_line(installed.start(mode), NOT_STARTED)
 
 
+@pytest.mark.slow
 def test_installed_unknown_mode_warns_once(installed: Venv) -> None:
     proc = installed.start("bogus")
     assert proc.returncode == 0
     assert proc.stderr.splitlines() == [BOGUS_LINE]
 
 
+@pytest.mark.slow
 def test_uninstall_removes_hook(wheel: Path, tmp_path: Path) -> None:
     venv = Venv(tmp_path / "venv")
     venv.pip("install", "--no-deps", "--quiet", str(wheel))
@@ -154,6 +160,7 @@ def test_uninstall_removes_hook(wheel: Path, tmp_path: Path) -> None:
     assert_inert(venv.start("collect"))  # nothing left to start
 
 
+@pytest.mark.slow
 def test_half_uninstalled_gate_missing(wheel: Path, tmp_path: Path) -> None:
     venv = Venv(tmp_path / "venv")
     venv.pip("install", "--no-deps", "--quiet", str(wheel))
@@ -166,6 +173,7 @@ def test_half_uninstalled_gate_missing(wheel: Path, tmp_path: Path) -> None:
     assert_one_line(venv.start("bogus"), NOT_STARTED + "ModuleNotFoundError: ")
 
 
+@pytest.mark.slow
 def test_editable_install_places_and_removes_hook(editable_wheel: Path, tmp_path: Path) -> None:
     venv = Venv(tmp_path / "venv")
     venv.pip("install", "--no-deps", "--quiet", str(editable_wheel))

@@ -61,6 +61,7 @@ def _cross_rank(invariants):
             for i in invariants if i.relation == "CrossRankConsistent"}
 
 
+@pytest.mark.slow
 def test_groups_are_recorded_and_invariants_learned_per_family(reference):
     _, trace, invariants, _ = reference
     for f in sorted(trace.glob("trace_*.jsonl")):  # each rank: once its groups exist, both of them
@@ -77,6 +78,7 @@ def test_groups_are_recorded_and_invariants_learned_per_family(reference):
     assert not [key for key in found if key[2] == TP]
 
 
+@pytest.mark.slow
 def test_a_shard_drifting_from_its_data_parallel_replica_is_caught_offline(reference):
     root, _, invariants, _ = reference
     bug = _torchrun(root / "unscaled", "collect", "--bug", "unscaled-shard-grad")
@@ -87,6 +89,7 @@ def test_a_shard_drifting_from_its_data_parallel_replica_is_caught_offline(refer
     assert "2 ranks 2 apart" in first[0]["message"]
 
 
+@pytest.mark.slow
 def test_the_bloom_failure_names_the_odd_rank(reference):
     root, _, invariants, _ = reference
     bug = _torchrun(root / "clip", "collect", "--bug", "clip-on-one-rank")
@@ -97,6 +100,7 @@ def test_the_bloom_failure_names_the_odd_rank(reference):
     assert "on rank(s) [0] differs from ranks [1, 2, 3]" in world[0]["message"]
 
 
+@pytest.mark.slow
 def test_online_check_within_groups_and_a_clean_run(reference):
     root, _, invariants, inv_file = reference
     out = _torchrun(root / "online", "check", "--bug", "unscaled-shard-grad", TRAINCHECK_INV=str(inv_file),
@@ -120,6 +124,7 @@ def _details_fetched(out: Path) -> int:
     return int(found.group(1))
 
 
+@pytest.mark.slow
 def test_tensor_parallel_ranks_loading_different_batches_are_caught(reference):
     """Ranks of a tensor-parallel group must load the same batch and data-parallel groups
     different ones: two invariants of two families, where the world has neither."""
@@ -134,6 +139,7 @@ def test_tensor_parallel_ranks_loading_different_batches_are_caught(reference):
     assert {v["relation"] for v in check_offline(invariants, [bug])} == {"CrossRankValue"}
 
 
+@pytest.mark.slow
 def test_groups_of_a_device_mesh_are_the_same_families(reference):
     """The same layout made by ``init_device_mesh``: its groups are recorded with their mesh
     dimension and checked against the invariants learned from ``new_group``'s."""
@@ -146,6 +152,7 @@ def test_groups_of_a_device_mesh_are_the_same_families(reference):
     assert check_offline(invariants, [mesh]) == []
 
 
+@pytest.mark.slow
 def test_inference_from_a_subset_of_the_ranks(reference):
     """Traces of one group only say nothing about the world: inferring from ranks 0 and 1 (a
     tensor-parallel group) gives that family's invariants, which the whole run satisfies."""

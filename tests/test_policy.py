@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import PIPELINES, agent_env, read_traces, run_python
 
 from traincheck_agent.policy import load_policies
@@ -112,6 +113,7 @@ def test_attribute_lists_add_up_across_files(tmp_path):
     assert [(p.key, str(p).startswith(f"policy {bad}: ")) for p in problems] == [("optimizer_attributes", True)]
 
 
+@pytest.mark.slow
 def test_user_policy_changes_what_a_run_records(tmp_path):
     extra = _write(tmp_path, "mine.yaml", """
 record_module_calls: false
@@ -133,6 +135,7 @@ state:
     assert not trace.states("before:backward") and trace.states("after:backward")
 
 
+@pytest.mark.slow
 def test_broken_policy_file_does_not_stop_training(tmp_path):
     broken = _write(tmp_path, "broken.yaml", "apis: [unclosed\n")
     out = tmp_path / "t"

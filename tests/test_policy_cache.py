@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from traincheck_agent.policy import load_policies
 from traincheck_agent.policy.loader import default_policy_files
 from traincheck_agent.policy.parse_cache import default_cache_dir, parse_cached
@@ -39,6 +41,7 @@ def test_a_stored_document_is_read_back_instead_of_parsed(tmp_path):
     assert len(_entries(tmp_path)) == 2
 
 
+@pytest.mark.slow
 def test_cached_policies_equal_parsed_ones_and_skip_pyyaml(tmp_path):
     files = default_policy_files()
     parsed, problems = load_policies(files)
@@ -58,6 +61,7 @@ def test_cached_policies_equal_parsed_ones_and_skip_pyyaml(tmp_path):
     assert out == ["True", "False"]
 
 
+@pytest.mark.slow
 def test_entries_are_private_whatever_the_umask(tmp_path):
     cache = tmp_path / "cache"
     probe = ("import os\nos.umask(0)\nfrom pathlib import Path\n"
@@ -70,6 +74,7 @@ def test_entries_are_private_whatever_the_umask(tmp_path):
     assert [p.name for p in (cache / "policies").iterdir()] == [entry.name]  # no partial file left
 
 
+@pytest.mark.slow
 def test_missing_parents_are_not_world_writable_under_umask_000(tmp_path):
     """A cache under a home without ~/.cache, or under the output directory, creates the
     directories on the way like the output directory: never writable by others."""

@@ -206,11 +206,13 @@ def test_argv_table(expected: ProcessRole, argv: list[str]) -> None:
     assert reason and "\n" not in reason
 
 
+@pytest.mark.slow
 def test_stdlib_spawn_command_line_is_spawn_child() -> None:
     argv = multiprocessing.spawn.get_command_line(tracker_fd=5, pipe_handle=7)
     assert role_of(argv) is SPAWN_CHILD
 
 
+@pytest.mark.slow
 def test_torch_compile_worker_command_lines() -> None:
     """The argv torch's SubprocPool and autotune process build: sys.executable + file + flags."""
     inductor = torch_dir() / "_inductor"
@@ -231,12 +233,14 @@ def test_torch_compile_worker_command_lines() -> None:
     assert role_of([sys.executable, str(autotune), *fds]) is COMPILE_WORKER
 
 
+@pytest.mark.slow
 def test_inductor_library_probe_is_compile_worker() -> None:
     isa = pytest.importorskip("torch._inductor.cpu_vec_isa")
     code = isa.VecISA._avx_py_load.replace("__lib_path__", "/tmp/torchinductor_me/x.so")
     assert role_of([sys.executable, "-c", code]) is COMPILE_WORKER
 
 
+@pytest.mark.slow
 def test_spawn_child_of_compile_worker_is_compile_worker() -> None:
     child = multiprocessing.spawn.get_command_line(tracker_fd=5, pipe_handle=7)
     worker = [
@@ -314,6 +318,7 @@ def roles(records: list[dict[str, object]]) -> list[str]:
     return sorted(str(r["role"]) for r in records)
 
 
+@pytest.mark.slow
 def test_real_pip_is_tool(recorded) -> None:
     records = recorded([sys.executable, "-m", "pip", "--version"])
     assert roles(records) == ["TOOL"]
@@ -336,6 +341,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="forkserver is POSIX only")
 def test_real_multiprocessing_children(recorded, tmp_path: Path) -> None:
     (tmp_path / "mp_job.py").write_text(MP_SCRIPT)
@@ -361,6 +367,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="needs /proc")
 def test_real_spawn_child_of_compile_worker_path(recorded, tmp_path: Path) -> None:
     """The parent lookup through /proc, with a script that only has the worker's path."""
@@ -386,6 +393,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_real_inductor_compile_worker(recorded, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     (tmp_path / "pool_job.py").write_text(POOL_SCRIPT)
@@ -396,6 +404,7 @@ def test_real_inductor_compile_worker(recorded, tmp_path: Path) -> None:
 RANK_SCRIPT = "import os; assert os.environ['LOCAL_RANK'] == '0'\n"
 
 
+@pytest.mark.slow
 def test_real_torchrun(recorded, tmp_path: Path) -> None:
     pytest.importorskip("torch")
     torchrun = Path(sys.executable).with_name("torchrun")

@@ -39,6 +39,7 @@ def _key(v: dict) -> tuple:
     return v["invariant"], v["step"], v.get("variable", ""), tuple(v.get("ranks", ()))
 
 
+@pytest.mark.slow
 def test_online_cross_rank_verdicts_equal_the_offline_ones(tmp_path):
     reference = _collect(tmp_path, "ref")
     invariants, files = infer_invariants([reference])
@@ -56,6 +57,7 @@ def test_online_cross_rank_verdicts_equal_the_offline_ones(tmp_path):
     assert clean["violations"] == []
 
 
+@pytest.mark.slow
 def test_a_rank_that_stops_publishing_is_reported_not_waited_for(tmp_path):
     reference = _collect(tmp_path, "ref", "--steps", "5")
     invariants, files = infer_invariants([reference])
@@ -85,6 +87,7 @@ def replicas_invariants(tmp_path_factory) -> Path:
     return inv_file
 
 
+@pytest.mark.slow
 def test_a_rank_that_dies_mid_run_is_reported_and_the_others_finish(tmp_path, replicas_invariants):
     """A real rank lost mid-run (it leaves with ``os._exit`` at step 3, publishing nothing more):
     the surviving rank trains to the end, reports the missing peer once, and does not hang."""
@@ -103,6 +106,7 @@ def test_a_rank_that_dies_mid_run_is_reported_and_the_others_finish(tmp_path, re
     assert elapsed < 120  # bounded by the final grace period, never the 60 s per-step timeout per step
 
 
+@pytest.mark.slow
 def test_a_disagreement_at_the_last_step_is_judged_after_the_other_rank_has_gone(tmp_path, replicas_invariants):
     """The comparer judges the last step at its exit and asks for the halves of a step whose
     digests disagree; the other rank (these replicas never wait for each other) may have left
@@ -141,6 +145,7 @@ def _two_nodes(out: Path, mode: str, *args: str, **env: str) -> list[subprocess.
     return done
 
 
+@pytest.mark.slow
 def test_ranks_on_two_nodes_share_the_rendezvous_run_id_and_are_compared(tmp_path):
     """Each node's launcher would make its own run id; the ranks take the rendezvous id, so their
     traces merge by (run id, rank) and the cross-rank exchange finds every rank's keys."""

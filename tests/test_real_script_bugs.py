@@ -18,6 +18,10 @@ from traincheck_agent.inference.invariant import Invariant, write_invariants
 from traincheck_agent.report.triage import triage
 from traincheck_agent.report.violations import violation_record
 
+# Every test here starts Python child processes (real training under the agent, launchers, the
+# startup hook, the CLI): the slow tier.
+pytestmark = pytest.mark.slow
+
 GPT = str(PIPELINES / "gpt_train.py")
 RUNS = {
     "ref": ["--steps", "12"],

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from traincheck_agent.inference import relations
 from traincheck_agent.inference.relations import TRIAGE_KINDS, Relation
 
@@ -26,6 +28,7 @@ def test_every_relation_module_declares_its_facts():
     assert relations.module("NoSuchRelation") is None
 
 
+@pytest.mark.slow
 def test_only_the_relations_asked_for_are_imported():
     code = ("import sys\nfrom traincheck_agent.inference import relations\n"
             "relations.module('GradApplied')\n"

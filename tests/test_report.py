@@ -16,6 +16,10 @@ from conftest import PIPELINES, agent_env, run_python
 
 from traincheck_agent.report.violations import ViolationLog, violation_record
 
+# Every test here starts Python child processes (real training under the agent, launchers, the
+# startup hook, the CLI): the slow tier.
+pytestmark = pytest.mark.slow
+
 MLP = str(PIPELINES / "mlp_train.py")
 
 

@@ -12,6 +12,10 @@ from conftest import PIPELINES, agent_env, read_traces, run_parallel
 from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import write_invariants
 
+# Every test here starts Python child processes (real training under the agent, launchers, the
+# startup hook, the CLI): the slow tier.
+pytestmark = pytest.mark.slow
+
 MLP = str(PIPELINES / "mlp_train.py")
 STEPS = ["--steps", "12"]
 LIMIT_MB = 0.08

@@ -193,6 +193,7 @@ def _run_in(cwd: Path, argv: list[str], mode: str | None, out: Path, marker: Pat
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [None, "off", "collect", "check"])
 @pytest.mark.parametrize("how", ["script", "code"])
 def test_files_in_the_working_directory_cannot_replace_the_hook(hostile_dir, tmp_path, mode, how):
@@ -208,6 +209,7 @@ def test_files_in_the_working_directory_cannot_replace_the_hook(hostile_dir, tmp
         assert Path(seen["pkg"]).resolve().parent == REAL_PACKAGE
 
 
+@pytest.mark.slow
 def test_installed_gate_is_the_one_that_runs(hostile_dir, tmp_path):
     code = PROBE_SCRIPT + "print(json.dumps(sys.modules['traincheck_agent_startup'].__file__))\n"
     env = agent_env("collect", tmp_path / "out", HOSTILE_MARKER=str(tmp_path / "m"))
@@ -294,6 +296,7 @@ def secret_trace(tmp_path_factory) -> tuple[list[dict], list[float]]:
     return records, json.loads(proc.stdout.strip().splitlines()[-1])["losses"]
 
 
+@pytest.mark.slow
 def test_trace_records_tensors_as_shapes_and_fingerprints(secret_trace):
     records, _ = secret_trace
     states = [r for r in records if r["kind"] == "state" and "data" in r.get("attrs", {})]
@@ -308,6 +311,7 @@ def test_trace_records_tensors_as_shapes_and_fingerprints(secret_trace):
     assert tensor["shape"] == [8, 6] and "fp" in tensor  # the batch: shape and fingerprint
 
 
+@pytest.mark.slow
 def test_trace_holds_no_tensor_values(secret_trace):
     """No weight or batch value appears in the trace, except a fingerprint's one ``amax``."""
     records, _ = secret_trace
@@ -319,6 +323,7 @@ def test_trace_holds_no_tensor_values(secret_trace):
     assert [f for r in records for f in _float_lists(r)] == []
 
 
+@pytest.mark.slow
 def test_recorded_floats_are_the_documented_scalars(secret_trace):
     """The floats a trace of this run holds: fingerprints' amax, the optimizer's scalar
     hyperparameters, and scalar arguments (none of them from the data or the loss)."""
@@ -329,6 +334,7 @@ def test_recorded_floats_are_the_documented_scalars(secret_trace):
                     "gain", "p", "label_smoothing"}, keys
 
 
+@pytest.mark.slow
 def test_loss_values_are_not_recorded(secret_trace):
     records, losses = secret_trace
     assert losses and all(math.isfinite(v) for v in losses)
@@ -336,6 +342,7 @@ def test_loss_values_are_not_recorded(secret_trace):
     assert not values & set(losses)
 
 
+@pytest.mark.slow
 def test_batch_contents_that_are_not_tensors_are_not_recorded(secret_trace):
     """A batch of strings (text datasets) or Python numbers is batch content too."""
     records, _ = secret_trace
@@ -398,6 +405,7 @@ def _created(base: Path) -> tuple[list[Path], list[Path]]:
     return dirs, files
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("umask", [0o022, 0o077])
 def test_output_modes_follow_the_umask(umask_runs, umask):
     dirs, files = _created(umask_runs[umask])
@@ -410,6 +418,7 @@ def test_output_modes_follow_the_umask(umask_runs, umask):
         assert stat.S_IMODE(f.stat().st_mode) == 0o666 & ~umask, f
 
 
+@pytest.mark.slow
 def test_no_world_writable_output_even_with_umask_000(umask_runs):
     dirs, files = _created(umask_runs[0o000])
     assert files
@@ -418,6 +427,7 @@ def test_no_world_writable_output_even_with_umask_000(umask_runs):
     assert writable == [], "world-writable output under umask 000"
 
 
+@pytest.mark.slow
 def test_cli_check_output_directories_follow_the_documented_mode(reference, tmp_path):
     out = tmp_path / "cli" / "deep"
     proc = _run_with_umask(0o000, ["-m", "traincheck_agent", "check", str(reference / "ref"), "-i",
@@ -430,6 +440,7 @@ def test_cli_check_output_directories_follow_the_documented_mode(reference, tmp_
 # --- files planted in a shared output directory -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_check_mode_does_not_write_through_a_planted_link(reference, tmp_path):
     """Someone who can write to the output directory links violations-0.jsonl to a file of the
     user's: the file stays as it was, the violations still reach stderr, training finishes."""

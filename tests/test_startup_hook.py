@@ -174,6 +174,7 @@ def test_start_file_names_the_gate_entry_point() -> None:
 # --- mode off: inert ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", OFF_VALUES)
 def test_mode_off_imports_nothing_and_prints_nothing(
     hook_venv: tuple[Path, Path], standin: Path, mode: str | None
@@ -189,6 +190,7 @@ def test_mode_off_imports_nothing_and_prints_nothing(
 # --- unknown mode ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_unknown_mode_warns_once_and_stays_off(hook_venv: tuple[Path, Path], standin: Path) -> None:
     python, _ = hook_venv
     proc = run_python(python, mode="bogus", pythonpath=standin)
@@ -198,6 +200,7 @@ def test_unknown_mode_warns_once_and_stays_off(hook_venv: tuple[Path, Path], sta
     assert "STANDIN" not in proc.stdout
 
 
+@pytest.mark.slow
 def test_unknown_mode_value_is_printed_on_one_line(hook_venv: tuple[Path, Path]) -> None:
     python, _ = hook_venv
     proc = run_python(python, mode="col\nlect")
@@ -215,6 +218,7 @@ def test_unknown_mode_value_is_printed_on_one_line(hook_venv: tuple[Path, Path])
 # --- active modes ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("mode", "expected"), [("collect", "collect"), (" Check ", "check")])
 def test_active_mode_starts_bootstrap_once(
     hook_venv: tuple[Path, Path], standin: Path, mode: str, expected: str
@@ -228,6 +232,7 @@ def test_active_mode_starts_bootstrap_once(
     assert proc.stdout.rstrip().endswith("user code ran")
 
 
+@pytest.mark.slow
 def test_hook_processed_twice_starts_once(tmp_path: Path, standin: Path) -> None:
     python, site_dir = make_venv(tmp_path / "venv")
     install_hook(site_dir)
@@ -239,6 +244,7 @@ def test_hook_processed_twice_starts_once(tmp_path: Path, standin: Path) -> None
     assert proc.stderr == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("behaviour", "expected"),
     [
@@ -260,6 +266,7 @@ def test_failing_start_is_one_warning_and_python_continues(
     assert proc.stdout.rstrip().endswith("user code ran")
 
 
+@pytest.mark.slow
 def test_package_missing_is_one_warning(hook_venv: tuple[Path, Path]) -> None:
     python, _ = hook_venv
     proc = run_python(python, mode="check")
@@ -280,6 +287,7 @@ def pth_only_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [None, "", "off"])
 def test_gate_missing_mode_off_is_silent(pth_only_venv: Path, mode: str | None) -> None:
     proc = run_python(pth_only_venv, mode=mode)
@@ -288,6 +296,7 @@ def test_gate_missing_mode_off_is_silent(pth_only_venv: Path, mode: str | None) 
     assert proc.stdout.rstrip().endswith("user code ran")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["collect", "check", "bogus"])
 def test_gate_missing_mode_on_is_one_line(pth_only_venv: Path, standin: Path, mode: str) -> None:
     proc = run_python(pth_only_venv, mode=mode, pythonpath=standin)
@@ -303,6 +312,7 @@ def test_gate_missing_mode_on_is_one_line(pth_only_venv: Path, standin: Path, mo
 # --- PEP 829 path: what Python 3.15+ does with the .start file -------------------------------
 
 
+@pytest.mark.slow
 def test_start_entry_point_resolves_and_runs(tmp_path: Path, standin: Path) -> None:
     """Without the .pth, call the .start entry point the way 3.15's site.py does."""
     python, site_dir = make_venv(tmp_path / "venv")

@@ -61,6 +61,7 @@ def hostile_run(tmp_path_factory) -> dict[str, object]:
     return {"root": root, "inv": inv, "check_output": output}
 
 
+@pytest.mark.slow
 def test_check_mode_shows_hostile_names_escaped(hostile_run):
     output = str(hostile_run["check_output"])
     _assert_safe_for_a_terminal(output)
@@ -71,6 +72,7 @@ def test_check_mode_shows_hostile_names_escaped(hostile_run):
     assert {json.loads(line)["run_id"] for line in log.read_text().splitlines()} == {HOSTILE_RUN_ID}
 
 
+@pytest.mark.slow
 def test_cli_shows_hostile_names_escaped(hostile_run):
     root = Path(hostile_run["root"])
     status, output = _run(["-m", "traincheck_agent", "check", str(root / "check"), "-i", str(hostile_run["inv"]),

@@ -17,6 +17,10 @@ from traincheck_agent.agent.record.compiled_regions import NOTICE
 from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import read_invariants, write_invariants
 
+# Every test here starts Python child processes (real training under the agent, launchers, the
+# startup hook, the CLI): the slow tier.
+pytestmark = pytest.mark.slow
+
 COMPILE = str(PIPELINES / "compile_train.py")
 STEPS = 4
 NOTICE_LINE = f"[traincheck] warning: {NOTICE}"

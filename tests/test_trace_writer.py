@@ -268,6 +268,7 @@ def test_failing_header_provider_is_contained(tmp_path: Path, capsys) -> None:
 # ----------------------------------------------------------------------------- subprocesses
 
 
+@pytest.mark.slow
 def test_sigterm_flushes_and_keeps_the_exit_status(tmp_path: Path) -> None:
     proc = _popen(
         """
@@ -287,6 +288,7 @@ def test_sigterm_flushes_and_keeps_the_exit_status(tmp_path: Path) -> None:
     assert [r["id"] for r in _records(tmp_path)] == list(range(500))
 
 
+@pytest.mark.slow
 def test_sigterm_while_emitting_in_a_loop(tmp_path: Path) -> None:
     proc = _popen(
         """
@@ -318,6 +320,7 @@ def test_sigterm_while_emitting_in_a_loop(tmp_path: Path) -> None:
     assert ids[-1] + 1 == len(ids) + dropped  # any gap is accounted for by a drop note
 
 
+@pytest.mark.slow
 def test_sigterm_while_the_main_thread_is_stuck_in_c_code(tmp_path: Path) -> None:
     # A Python-level handler cannot run until the C call returns (a rank stuck in a collective);
     # without the agent SIGTERM would kill at once, so the watcher thread must do it.
@@ -343,6 +346,7 @@ def test_sigterm_while_the_main_thread_is_stuck_in_c_code(tmp_path: Path) -> Non
     assert [r["id"] for r in _records(tmp_path)] == list(range(200))
 
 
+@pytest.mark.slow
 def test_sigterm_to_a_forked_child_leaves_the_parent_alone(tmp_path: Path) -> None:
     result = _run(
         """
@@ -370,6 +374,7 @@ def test_sigterm_to_a_forked_child_leaves_the_parent_alone(tmp_path: Path) -> No
     assert [r["id"] for r in TraceFile(parent).records()] == [0, 2]
 
 
+@pytest.mark.slow
 def test_sigterm_handler_installed_with_the_first_record_only(tmp_path: Path) -> None:
     result = _run(
         """
@@ -389,6 +394,7 @@ def test_sigterm_handler_installed_with_the_first_record_only(tmp_path: Path) ->
     assert after == "False -1 3", result.stderr  # ours, the writer and the watcher; the fd hidden
 
 
+@pytest.mark.slow
 def test_sigterm_handler_not_installed_over_a_user_handler(tmp_path: Path) -> None:
     result = _run(
         """
@@ -411,6 +417,7 @@ def test_sigterm_handler_not_installed_over_a_user_handler(tmp_path: Path) -> No
     assert [r["id"] for r in _records(tmp_path)] == [0]  # the user's sys.exit reaches atexit
 
 
+@pytest.mark.slow
 def test_a_later_handler_that_chains_to_ours_decides(tmp_path: Path) -> None:
     result = _run(
         """
@@ -431,6 +438,7 @@ def test_a_later_handler_that_chains_to_ours_decides(tmp_path: Path) -> None:
     assert [r["id"] for r in _records(tmp_path)] == [0]
 
 
+@pytest.mark.slow
 def test_the_programs_wakeup_fd_is_its_own_and_the_watcher_comes_back(tmp_path: Path) -> None:
     # The program sees the wakeup fd it would see without the agent; while its own fd is set,
     # signals reach it; once it lets go, a rank stuck in C code still dies of SIGTERM at once.
@@ -470,6 +478,7 @@ def test_the_programs_wakeup_fd_is_its_own_and_the_watcher_comes_back(tmp_path: 
     assert [r["id"] for r in _records(tmp_path)] == [0, 1]
 
 
+@pytest.mark.slow
 def test_sigterm_flushes_while_the_program_holds_the_wakeup_fd(tmp_path: Path) -> None:
     proc = _popen(
         """
@@ -491,6 +500,7 @@ def test_sigterm_flushes_while_the_program_holds_the_wakeup_fd(tmp_path: Path) -
     assert [r["id"] for r in _records(tmp_path)] == [0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("ending", "status"),
     [
@@ -512,6 +522,7 @@ def test_exit_paths_flush(tmp_path: Path, ending: str, status: int) -> None:
     assert [r["id"] for r in _records(tmp_path)] == list(range(300))
 
 
+@pytest.mark.slow
 def test_keyboard_interrupt_flushes(tmp_path: Path) -> None:
     proc = _popen(
         """
@@ -531,6 +542,7 @@ def test_keyboard_interrupt_flushes(tmp_path: Path) -> None:
     assert [r["id"] for r in _records(tmp_path)] == list(range(300))
 
 
+@pytest.mark.slow
 def test_sigkill_mid_stream_leaves_a_readable_file(tmp_path: Path, capsys) -> None:
     proc = _popen(
         """
@@ -564,6 +576,7 @@ def test_sigkill_mid_stream_leaves_a_readable_file(tmp_path: Path, capsys) -> No
     assert err.count("torn last line") == 1 and str(path) in err
 
 
+@pytest.mark.slow
 def test_forked_child_writes_its_own_file_without_the_parents_records(tmp_path: Path) -> None:
     result = _run(
         """
@@ -591,6 +604,7 @@ def test_forked_child_writes_its_own_file_without_the_parents_records(tmp_path: 
     assert [r["id"] for r in TraceFile(parent_file).records()] == [*range(50), 51]
 
 
+@pytest.mark.slow
 def test_forked_child_that_never_emits_writes_nothing(tmp_path: Path) -> None:
     result = _run(
         """
@@ -608,6 +622,7 @@ def test_forked_child_that_never_emits_writes_nothing(tmp_path: Path) -> None:
     assert [r["id"] for r in TraceFile(only).records()] == [0]
 
 
+@pytest.mark.slow
 def test_multiprocessing_fork_child_flushes_at_its_exit(tmp_path: Path) -> None:
     result = _run(
         """

@@ -7,10 +7,15 @@ examples as not covered ("no fingerprint") instead.
 
 from __future__ import annotations
 
+import pytest
 from conftest import PIPELINES, agent_env, run_python
 
 from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import write_invariants
+
+# Every test here starts Python child processes (real training under the agent, launchers, the
+# startup hook, the CLI): the slow tier.
+pytestmark = pytest.mark.slow
 
 OPAQUE = str(PIPELINES / "opaque_param_train.py")
 

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from conftest import PIPELINES, agent_env, run_parallel
 
 from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import write_invariants
+
+# Every test here starts Python child processes (real training under the agent, launchers, the
+# startup hook, the CLI): the slow tier.
+pytestmark = pytest.mark.slow
 
 COUNTING = str(PIPELINES / "op_counting_train.py")
 

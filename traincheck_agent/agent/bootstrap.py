@@ -21,10 +21,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import wrapt
-
 import traincheck_agent
 from traincheck_agent.agent import runtime
+from traincheck_agent.agent.patching import on_import
 from traincheck_agent.agent.process.role import ProcessRole, classify
 from traincheck_agent.exception_text import exception_text
 from traincheck_agent.fork_safety import on_fork_in_child
@@ -154,6 +153,20 @@ def start(mode: str) -> None:
         return
     # Processes this one starts (torch.multiprocessing spawn, subprocess) belong to the same run.
     os.environ.setdefault("TRAINCHECK_RUN_ID", settings.run_id)
+    install(settings, role)
+
+
+def install(settings: Settings, role: ProcessRole, *, process_hooks: bool = True) -> Any:
+    """Build the agent for ``settings`` in this process: load the policies (and, in check mode,
+    the invariants), make the trace writer, and register the post-import hooks that build the
+    runtime when torch is imported (at once, if it already is). Returns the writer, or None when
+    check mode has nothing to check (a warning said why).
+
+    ``process_hooks`` (the startup hook's case) also registers what outlives the agent and
+    cannot be taken back: the flush at exit and on SIGTERM, and the debug figures at exit.
+    ``agent.in_process`` passes False, so that ``patching.uninstall`` leaves the process as it
+    found it."""
+    mode = settings.mode
     files = (default_policy_files() if settings.use_default_policies else []) + list(settings.policy_files)
     policy, _problems = load_policies(files, report=lambda problem: warn(str(problem)), cache_dir=settings.cache_dir)
 
@@ -163,7 +176,7 @@ def start(mode: str) -> None:
 
         check = prepare_check(settings, policy)
         if check is None:  # the warning said why
-            return
+            return None
         policy = check.policy
         if role is ProcessRole.SPAWN_CHILD:
             check.sink.checker_kind = "thread"  # a worker of the training process: no child of its own
@@ -186,7 +199,8 @@ def start(mode: str) -> None:
     )
     if check is not None:
         check.sink.writer = writer
-    install_flush_on_exit(writer)
+    if process_hooks:
+        install_flush_on_exit(writer)
 
     def activate_with_torch(torch_module: Any) -> None:
         # The registry and the probe need torch; build them once it is imported.
@@ -209,13 +223,15 @@ def start(mode: str) -> None:
         _install_integration("torch", torch_module)
         _run_waiting()
 
-    on_fork_in_child("runtime", _after_fork_in_child)
-    atexit.register(_debug_figures, mode)
-    wrapt.register_post_import_hook(activate_with_torch, "torch")
+    on_fork_in_child("runtime", _after_fork_in_child)  # by name: registering again replaces it
+    if process_hooks:
+        atexit.register(_debug_figures, mode)
+    on_import("torch", activate_with_torch)
     for name, modules in INTEGRATIONS.items():
         for module_name in modules:
-            wrapt.register_post_import_hook(_on_import(name), module_name)
+            on_import(module_name, _on_import(name))
     from traincheck_agent.agent.policy_patcher import install_policy_hooks
 
     install_policy_hooks(policy, when_active)
     debug(f"{mode} mode active (run {settings.run_id}, policies: {', '.join(policy.sources)})")
+    return writer

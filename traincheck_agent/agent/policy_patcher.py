@@ -15,10 +15,9 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import wrapt
-
 from traincheck_agent.agent import runtime
 from traincheck_agent.agent.patching import is_traced, wrap_attribute
+from traincheck_agent.agent.patching import on_import as on_import_of
 from traincheck_agent.messages import warn
 from traincheck_agent.policy.model import ApiRule, Policy, glob_matcher
 
@@ -160,4 +159,4 @@ def install_policy_hooks(policy: Policy, schedule: Callable[[Callable[[], None]]
 
             schedule(patch)
 
-        wrapt.register_post_import_hook(on_import, module_name)
+        on_import_of(module_name, on_import)

@@ -14,10 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import wrapt
 
 from traincheck_agent.agent import runtime
-from traincheck_agent.agent.patching import is_traced, wrap_attribute
+from traincheck_agent.agent.patching import is_traced, on_import, wrap_attribute
 from traincheck_agent.agent.record.api_names import defining_class, public_class_name
 from traincheck_agent.agent.record.call_recorder import CallContext, make_call_wrapper
 from traincheck_agent.agent.record.compiled_regions import is_compiled_module, watch_compilation
@@ -289,7 +288,7 @@ def install(_torch: Any) -> None:
     """Wrap the torch entry points the clock, the registry and the state probe rely on."""
     policy = runtime.active().policy
     add_wrapper_classes(WRAPPER_CLASSES)
-    wrapt.register_post_import_hook(watch_compilation, "torch._dynamo")
+    on_import("torch._dynamo", watch_compilation)
     module_cls = torch.nn.Module
     wrap_attribute(module_cls, "__call__", make_call_wrapper(
         _module_api, args_level=DESCRIBE_SUMMARY, returns_level=DESCRIBE_SUMMARY,

@@ -57,9 +57,16 @@ def _on_compile_start(*_args: Any) -> None:
         pass
 
 
+_watching = False  # dynamo's callback is registered once per process (it reads ``runtime.current``)
+
+
 def watch_compilation(dynamo: Any) -> None:
     """Post-import hook of ``torch._dynamo``: say the notice when the first compilation starts
     (torch without compile callbacks: say it now, dynamo is imported to compile)."""
+    global _watching
+    if _watching:
+        return
+    _watching = True
     try:
         from torch._dynamo.callback import on_compile_start
     except Exception:
