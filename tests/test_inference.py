@@ -9,7 +9,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, collect_mlp, collect_mlp_in_process, run_python
+from conftest import (
+    MLP,
+    PIPELINES,
+    agent_env,
+    collect_in_process,
+    collect_mlp,
+    collect_mlp_in_process,
+    run_python,
+)
 
 from traincheck_agent.check.offline import check_offline
 from traincheck_agent.inference import stream
@@ -23,17 +31,24 @@ from traincheck_agent.inference.invariant import (
 _collect = collect_mlp
 
 
+def _collect_here(root: Path, name: str, *args: str) -> Path:
+    """``collect_mlp`` in this process: the reference and variant runs need no process of their own."""
+    out = root / name
+    collect_in_process(MLP, out, *args)
+    return out
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("runs")
     return {
-        "reference": _collect(root, "reference", "--steps", "10"),
-        "frozen_reference": _collect(root, "frozen_reference", "--steps", "8", "--freeze-backbone"),
-        "clean_sgd": _collect(root, "clean_sgd", "--steps", "7", "--optimizer", "sgd", "--seed", "3", "--lr", "0.005"),
-        "clean_frozen": _collect(root, "clean_frozen", "--steps", "5", "--freeze-backbone", "--seed", "5"),
-        "clean_accumulation": _collect(root, "clean_accumulation", "--steps", "4", "--accumulate", "4"),
-        "bug_frozen_optimizer": _collect(root, "bug", "--steps", "4", "--bug", "optimizer-over-frozen"),
-        "bug_no_zero_grad": _collect(root, "bug_no_zero_grad", "--steps", "4", "--bug", "no-zero-grad"),
+        "reference": _collect_here(root, "reference", "--steps", "10"),
+        "frozen_reference": _collect_here(root, "frozen_reference", "--steps", "8", "--freeze-backbone"),
+        "clean_sgd": _collect_here(root, "clean_sgd", "--steps", "7", "--optimizer", "sgd", "--seed", "3", "--lr", "0.005"),
+        "clean_frozen": _collect_here(root, "clean_frozen", "--steps", "5", "--freeze-backbone", "--seed", "5"),
+        "clean_accumulation": _collect_here(root, "clean_accumulation", "--steps", "4", "--accumulate", "4"),
+        "bug_frozen_optimizer": _collect_here(root, "bug", "--steps", "4", "--bug", "optimizer-over-frozen"),
+        "bug_no_zero_grad": _collect_here(root, "bug_no_zero_grad", "--steps", "4", "--bug", "no-zero-grad"),
     }
 
 
