@@ -294,8 +294,7 @@ def test_output_dtype_follows_the_autocast_context(tmp_path):
     refs = []
     for name, extra in (("bf16", ["--autocast", "bf16"]), ("fp32", [])):
         out = tmp_path / name
-        proc = run_python([transformer_lm.__file__, "--steps", "4", *extra], agent_env("collect", out))
-        assert proc.returncode == 0, proc.stderr
+        collect_in_process(transformer_lm.__file__, out, "--steps", "4", *extra)
         refs.append(out)
     invariants, _ = infer_invariants(refs)
     linear = {i.subject["value"]: i for i in invariants
@@ -305,15 +304,12 @@ def test_output_dtype_follows_the_autocast_context(tmp_path):
     assert [c.text() for c in linear["float32"].precondition] == ["autocast = None", "input.dtype = float32"]
     # A clean variant (other seed and batch size, autocast on) breaks none of them.
     variant = tmp_path / "variant"
-    proc = run_python([transformer_lm.__file__, "--steps", "3", "--autocast", "bf16", "--seed", "4",
-                       "--batch-size", "4"], agent_env("collect", variant))
-    assert proc.returncode == 0, proc.stderr
+    collect_in_process(transformer_lm.__file__, variant, "--steps", "3", "--autocast", "bf16", "--seed", "4",
+                       "--batch-size", "4")
     assert check_offline(invariants, [variant]) == []
     # The last block's MLP output projection computes in float32 with autocast switched off.
     bug = tmp_path / "bug"
-    proc = run_python([transformer_lm.__file__, "--steps", "2", "--autocast", "bf16", "--bug", "escape-autocast"],
-                      agent_env("collect", bug))
-    assert proc.returncode == 0, proc.stderr
+    collect_in_process(transformer_lm.__file__, bug, "--steps", "2", "--autocast", "bf16", "--bug", "escape-autocast")
     violations = check_offline(invariants, [bug])
     assert violations and violations[0]["step"] == 0
     assert {(v["relation"], v["variable"]) for v in violations} == {("ConsistentOutput", "model.blocks.1.mlp")}
@@ -353,8 +349,7 @@ def test_evaluating_before_any_training_forward_is_caught(tmp_path):
 
     def collect(name, *args):
         out = tmp_path / name
-        proc = run_python([script, *args], agent_env("collect", out))
-        assert proc.returncode == 0, proc.stderr
+        collect_in_process(script, out, *args)
         return out
 
     invariants, _ = infer_invariants([collect("ref", "--seed", "0"), collect("ref2", "--seed", "1", "--eval-every", "2")])
@@ -377,8 +372,7 @@ def test_dropout_left_on_in_eval_is_caught_at_the_first_eval(tmp_path):
 
     def collect_cnn(name, *args):
         out = tmp_path / name
-        proc = run_python([cnn_train.__file__, *args], agent_env("collect", out))
-        assert proc.returncode == 0, proc.stderr
+        collect_in_process(cnn_train.__file__, out, *args)
         return out
 
     refs = [collect_cnn("ref", "--steps", "12", "--eval-every", "4"),
