@@ -577,7 +577,7 @@ def test_a_new_optimizer_takes_over_the_clock_and_stale_grads_are_not_backwards(
     go on counting, and the pretext head, which keeps its last grad while backward never reaches
     it again, does not cost a pooled file "backward finds the grad cleared" on another pipeline,
     so a dropped zero_grad there is still caught at its first step."""
-    runs = _collect(tmp_path, {
+    runs = _collect_here(tmp_path, {
         "two_stage": [TWO_STAGE], "two_stage2": [TWO_STAGE, "--seed", "1", "--steps", "4"],
         "mlp": [MLP, "--steps", "8"],
         "mlp_bug": [MLP, "--steps", "4", "--seed", "2", "--bug", "no-zero-grad"],
