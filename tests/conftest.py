@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,6 +148,55 @@ class InProcessAgent:
 
             self.stopped = True
             stop_in_process()
+
+
+@contextmanager
+def agent_active(mode: str, out_dir: Path, **settings: str) -> Iterator[InProcessAgent]:
+    """The agent in this process for the ``with`` block, as ``agent_in_process`` starts it, for
+    fixtures of any scope: taken out at the end, and torch's wrapped attributes and the SIGTERM
+    handler checked to be what they were."""
+    import signal
+
+    from traincheck_agent.agent.in_process import start_in_process
+
+    before = _watched_attributes()
+    sigterm = signal.getsignal(signal.SIGTERM)
+    env = {"TRAINCHECK_MODE": mode, "TRAINCHECK_OUT": str(out_dir), **settings}
+    if mode == "check":
+        env.setdefault("TRAINCHECK_CHECKER", "thread")
+    agent = InProcessAgent(mode, out_dir, None)
+    try:
+        agent.writer = start_in_process(mode, env)
+        yield agent
+    finally:
+        agent.stop()
+    after = _watched_attributes()
+    changed = [name for name, value in before.items() if after[name] is not value]
+    assert not changed, f"left wrapped after the agent was taken out: {changed}"
+    assert signal.getsignal(signal.SIGTERM) is sigterm
+
+
+def collect_in_process(script: str | Path, out_dir: Path, *args: str, threads: int | None = None,
+                       **settings: str) -> str:
+    """Collect a trace of ``script`` with ``args`` under ``out_dir`` in this process (the
+    in-process counterpart of ``run_python`` with ``agent_env("collect", out_dir, **settings)``);
+    ``threads`` stands for ``OMP_NUM_THREADS``. Returns what the script printed."""
+    import contextlib
+    import io
+
+    import torch
+
+    saved_threads = torch.get_num_threads()
+    printed = io.StringIO()
+    try:
+        if threads is not None:
+            torch.set_num_threads(threads)
+        with torch.random.fork_rng(devices=[]), agent_active("collect", out_dir, **settings), \
+                contextlib.redirect_stdout(printed):
+            run_script(script, *args)
+    finally:
+        torch.set_num_threads(saved_threads)
+    return printed.getvalue()
 
 
 def collect_mlp_in_process(agent_in_process: Any, root: Path, name: str, *args: str) -> Path:

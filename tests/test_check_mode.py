@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, read_traces, run_parallel, run_python
+from conftest import PIPELINES, agent_env, collect_in_process, read_traces, run_parallel, run_python
 
 from traincheck_agent.agent.checking.check_mode import ABORT_EXIT_STATUS
 from traincheck_agent.inference.engine import infer_invariants
@@ -49,9 +49,8 @@ def inv(tmp_path_factory) -> Path:
     test_inference), in a file."""
     root = tmp_path_factory.mktemp("reference")
     refs = [root / "ref", root / "frozen"]
-    for proc in run_parallel(([MLP, "--steps", "10"], agent_env("collect", refs[0])),
-                          ([MLP, "--steps", "8", "--freeze-backbone"], agent_env("collect", refs[1]))):
-        assert proc.returncode == 0, proc.stderr
+    collect_in_process(MLP, refs[0], "--steps", "10")
+    collect_in_process(MLP, refs[1], "--steps", "8", "--freeze-backbone")
     invariants, files = infer_invariants(refs)
     path = root / "inv.json"
     write_invariants(invariants, path, [str(f) for f in files])

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, run_python
+from conftest import PIPELINES, collect_in_process
 
 from traincheck_agent.inference.invariant import read_invariants
 from traincheck_agent.report.triage import triage, variable_pattern
@@ -27,8 +27,7 @@ OTEL = ("time_unix_nano", "severity_text", "severity_number", "body", "attribute
 
 def _collect(root: Path, name: str, *args: str) -> Path:
     out = root / name
-    proc = run_python([MLP, *args], agent_env("collect", out))
-    assert proc.returncode == 0, proc.stderr
+    collect_in_process(MLP, out, *args)
     return out
 
 

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, read_traces, run_parallel
+from conftest import PIPELINES, agent_env, collect_in_process, read_traces, run_parallel
 
 from traincheck_agent.check.offline import check_offline
 from traincheck_agent.examples import cnn_train
@@ -71,16 +71,24 @@ def _collect(root: Path, runs: dict[str, list[str]]) -> dict[str, Path]:
     return outs
 
 
+def _collect_here(root: Path, runs: dict[str, list[str]]) -> dict[str, Path]:
+    """``_collect`` for single-process runs, one after another in this process."""
+    outs = {name: root / name for name in runs}
+    for name, (script, *args) in runs.items():
+        collect_in_process(script, outs[name], *args, threads=1)
+    return outs
+
+
 @pytest.fixture(scope="module")
 def single(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("single")
-    runs = _collect(root, {
+    runs = _collect_here(root, {
         "mlp": [MLP, "--steps", "8"],
         "sd_ref": [SD, "--steps", "8"],
         "sd_drop": [SD, "--steps", "8", "--drop-prob", "0.5", "--seed", "1"],
         "sd_frozen": [SD, "--steps", "6", "--freeze-first", "--seed", "2"],
     })
-    runs.update(_collect(root, {
+    runs.update(_collect_here(root, {
         "cnn": [CNN, "--steps", "8", "--eval-every", "2", "--optimizer", "adadelta"],
         "cnn2": [CNN, "--steps", "8", "--eval-every", "3", "--optimizer", "adadelta", "--seed", "2"],
         "cnn_bf16": [CNN, "--steps", "6", "--eval-every", "2", "--optimizer", "adadelta", "--autocast", "bf16",
@@ -144,7 +152,7 @@ def test_an_inference_only_script_is_not_judged_by_training_order(single):
 def test_reinitialising_a_weight_through_data_is_caught(tmp_path):
     """``p.data`` is a new tensor object at each access; the init routine's second
     ``p.data.normal_()`` on the same weight is still the same parameter, given twice."""
-    runs = _collect(tmp_path, {
+    runs = _collect_here(tmp_path, {
         "ref1": [MLP, "--steps", "3", "--init", "data-normal"],
         "ref2": [MLP, "--steps", "3", "--init", "data-normal", "--seed", "4"],
         "bug": [MLP, "--steps", "2", "--bug", "double-init-data"],
@@ -161,25 +169,25 @@ def test_reinitialising_a_weight_through_data_is_caught(tmp_path):
 @pytest.fixture(scope="module")
 def residual(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("residual")
-    runs = _collect(root, {
+    runs = _collect_here(root, {
         "ref": [RESIDUAL, "--steps", "8"],
         "ref2": [RESIDUAL, "--steps", "6", "--seed", "1", "--eval-every", "2"],
         "amp": [RESIDUAL, "--steps", "8", "--autocast"],
         "amp2": [RESIDUAL, "--steps", "6", "--seed", "1", "--autocast"],
     })
-    runs.update(_collect(root, {
+    runs.update(_collect_here(root, {
         "init_bug": [RESIDUAL, "--steps", "2", "--seed", "2", "--bug", "init-overwrite"],
         "escape_bug": [RESIDUAL, "--steps", "4", "--seed", "2", "--autocast", "--bug", "autocast-escape"],
         "dropout_bug": [RESIDUAL, "--steps", "6", "--seed", "2", "--bug", "dropout-default"],
         "amp_clean": [RESIDUAL, "--steps", "5", "--seed", "3", "--autocast", "--width", "8"],
     }))
-    runs.update(_collect(root, {
+    runs.update(_collect_here(root, {
         "apply": [RESIDUAL, "--steps", "4", "--init", "apply"],
         "apply2": [RESIDUAL, "--steps", "4", "--init", "apply", "--seed", "1"],
         "double_apply": [RESIDUAL, "--steps", "2", "--init", "apply", "--seed", "2", "--bug", "double-apply"],
         "left_in_eval": [RESIDUAL, "--steps", "6", "--seed", "2", "--bug", "left-in-eval"],
     }))
-    runs.update(_collect(root, {
+    runs.update(_collect_here(root, {
         "two": [RESIDUAL, "--steps", "8", "--two-optimizers"],
         "two2": [RESIDUAL, "--steps", "6", "--two-optimizers", "--seed", "1"],
         "two_clean": [RESIDUAL, "--steps", "5", "--two-optimizers", "--seed", "3", "--lr", "0.005"],
@@ -569,7 +577,7 @@ def test_a_new_optimizer_takes_over_the_clock_and_stale_grads_are_not_backwards(
     go on counting, and the pretext head, which keeps its last grad while backward never reaches
     it again, does not cost a pooled file "backward finds the grad cleared" on another pipeline,
     so a dropped zero_grad there is still caught at its first step."""
-    runs = _collect(tmp_path, {
+    runs = _collect_here(tmp_path, {
         "two_stage": [TWO_STAGE], "two_stage2": [TWO_STAGE, "--seed", "1", "--steps", "4"],
         "mlp": [MLP, "--steps", "8"],
         "mlp_bug": [MLP, "--steps", "4", "--seed", "2", "--bug", "no-zero-grad"],

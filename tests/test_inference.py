@@ -9,7 +9,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, collect_mlp, collect_mlp_in_process, run_python
+from conftest import (
+    MLP,
+    PIPELINES,
+    agent_env,
+    collect_in_process,
+    collect_mlp,
+    collect_mlp_in_process,
+    run_python,
+)
 
 from traincheck_agent.check.offline import check_offline
 from traincheck_agent.inference import stream
@@ -23,17 +31,24 @@ from traincheck_agent.inference.invariant import (
 _collect = collect_mlp
 
 
+def _collect_here(root: Path, name: str, *args: str) -> Path:
+    """``collect_mlp`` in this process: the reference and variant runs need no process of their own."""
+    out = root / name
+    collect_in_process(MLP, out, *args)
+    return out
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("runs")
     return {
-        "reference": _collect(root, "reference", "--steps", "10"),
-        "frozen_reference": _collect(root, "frozen_reference", "--steps", "8", "--freeze-backbone"),
-        "clean_sgd": _collect(root, "clean_sgd", "--steps", "7", "--optimizer", "sgd", "--seed", "3", "--lr", "0.005"),
-        "clean_frozen": _collect(root, "clean_frozen", "--steps", "5", "--freeze-backbone", "--seed", "5"),
-        "clean_accumulation": _collect(root, "clean_accumulation", "--steps", "4", "--accumulate", "4"),
-        "bug_frozen_optimizer": _collect(root, "bug", "--steps", "4", "--bug", "optimizer-over-frozen"),
-        "bug_no_zero_grad": _collect(root, "bug_no_zero_grad", "--steps", "4", "--bug", "no-zero-grad"),
+        "reference": _collect_here(root, "reference", "--steps", "10"),
+        "frozen_reference": _collect_here(root, "frozen_reference", "--steps", "8", "--freeze-backbone"),
+        "clean_sgd": _collect_here(root, "clean_sgd", "--steps", "7", "--optimizer", "sgd", "--seed", "3", "--lr", "0.005"),
+        "clean_frozen": _collect_here(root, "clean_frozen", "--steps", "5", "--freeze-backbone", "--seed", "5"),
+        "clean_accumulation": _collect_here(root, "clean_accumulation", "--steps", "4", "--accumulate", "4"),
+        "bug_frozen_optimizer": _collect_here(root, "bug", "--steps", "4", "--bug", "optimizer-over-frozen"),
+        "bug_no_zero_grad": _collect_here(root, "bug_no_zero_grad", "--steps", "4", "--bug", "no-zero-grad"),
     }
 
 
@@ -279,8 +294,7 @@ def test_output_dtype_follows_the_autocast_context(tmp_path):
     refs = []
     for name, extra in (("bf16", ["--autocast", "bf16"]), ("fp32", [])):
         out = tmp_path / name
-        proc = run_python([transformer_lm.__file__, "--steps", "4", *extra], agent_env("collect", out))
-        assert proc.returncode == 0, proc.stderr
+        collect_in_process(transformer_lm.__file__, out, "--steps", "4", *extra)
         refs.append(out)
     invariants, _ = infer_invariants(refs)
     linear = {i.subject["value"]: i for i in invariants
@@ -290,15 +304,12 @@ def test_output_dtype_follows_the_autocast_context(tmp_path):
     assert [c.text() for c in linear["float32"].precondition] == ["autocast = None", "input.dtype = float32"]
     # A clean variant (other seed and batch size, autocast on) breaks none of them.
     variant = tmp_path / "variant"
-    proc = run_python([transformer_lm.__file__, "--steps", "3", "--autocast", "bf16", "--seed", "4",
-                       "--batch-size", "4"], agent_env("collect", variant))
-    assert proc.returncode == 0, proc.stderr
+    collect_in_process(transformer_lm.__file__, variant, "--steps", "3", "--autocast", "bf16", "--seed", "4",
+                       "--batch-size", "4")
     assert check_offline(invariants, [variant]) == []
     # The last block's MLP output projection computes in float32 with autocast switched off.
     bug = tmp_path / "bug"
-    proc = run_python([transformer_lm.__file__, "--steps", "2", "--autocast", "bf16", "--bug", "escape-autocast"],
-                      agent_env("collect", bug))
-    assert proc.returncode == 0, proc.stderr
+    collect_in_process(transformer_lm.__file__, bug, "--steps", "2", "--autocast", "bf16", "--bug", "escape-autocast")
     violations = check_offline(invariants, [bug])
     assert violations and violations[0]["step"] == 0
     assert {(v["relation"], v["variable"]) for v in violations} == {("ConsistentOutput", "model.blocks.1.mlp")}
@@ -338,8 +349,7 @@ def test_evaluating_before_any_training_forward_is_caught(tmp_path):
 
     def collect(name, *args):
         out = tmp_path / name
-        proc = run_python([script, *args], agent_env("collect", out))
-        assert proc.returncode == 0, proc.stderr
+        collect_in_process(script, out, *args)
         return out
 
     invariants, _ = infer_invariants([collect("ref", "--seed", "0"), collect("ref2", "--seed", "1", "--eval-every", "2")])
@@ -362,8 +372,7 @@ def test_dropout_left_on_in_eval_is_caught_at_the_first_eval(tmp_path):
 
     def collect_cnn(name, *args):
         out = tmp_path / name
-        proc = run_python([cnn_train.__file__, *args], agent_env("collect", out))
-        assert proc.returncode == 0, proc.stderr
+        collect_in_process(cnn_train.__file__, out, *args)
         return out
 
     refs = [collect_cnn("ref", "--steps", "12", "--eval-every", "4"),

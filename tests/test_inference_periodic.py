@@ -5,12 +5,11 @@ caught at the first step it shows, and sampled (sparse) snapshots are judged hon
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, read_traces, run_python
+from conftest import PIPELINES, collect_in_process, read_traces
 
 from traincheck_agent.inference import stream
 from traincheck_agent.inference.invariant import Invariant
@@ -51,9 +50,8 @@ class Run:
 
 def _collect(root: Path, name: str, args: tuple[str, ...], **env: str) -> Run:
     out = root / name
-    proc = run_python([SCHEDULED, *args], agent_env("collect", out, OMP_NUM_THREADS="1", **env))
-    assert proc.returncode == 0, proc.stderr
-    return Run(out, json.loads(proc.stdout.strip().splitlines()[-1])["lrs"])
+    printed = collect_in_process(SCHEDULED, out, *args, threads=1, **env)
+    return Run(out, json.loads(printed.strip().splitlines()[-1])["lrs"])
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +61,7 @@ def runs(tmp_path_factory) -> dict[str, Run]:
     policy.write_text(SPARSE_POLICY)
     jobs = [(name, args, {}) for name, args in RUNS.items()]
     jobs += [(name, args, {"TRAINCHECK_POLICY": str(policy)}) for name, args in SPARSE_RUNS.items()]
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {name: pool.submit(_collect, root, name, args, **env) for name, args, env in jobs}
-        return {name: future.result() for name, future in futures.items()}
+    return {name: _collect(root, name, args, **env) for name, args, env in jobs}
 
 
 def _infer(runs: dict[str, Run], *names: str, constants: bool = False) -> list[Invariant]:

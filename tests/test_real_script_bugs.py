@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, read_traces, run_parallel, run_python
+from conftest import PIPELINES, agent_env, collect_in_process, read_traces, run_parallel, run_python
 
 from traincheck_agent.check.offline import check_offline
 from traincheck_agent.inference.engine import infer_invariants
@@ -39,12 +39,8 @@ RUNS = {
 def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("gpt")
     outs = {name: root / name for name in RUNS}
-    names = list(RUNS)
-    for batch in (names[:4], names[4:]):
-        procs = run_parallel(*(([GPT, *RUNS[name]], agent_env("collect", outs[name], OMP_NUM_THREADS="1"))
-                               for name in batch), timeout=300)
-        for name, proc in zip(batch, procs, strict=True):
-            assert proc.returncode == 0, f"{name}: {proc.stderr[-2000:]}"
+    for name, args in RUNS.items():  # one after another, in this process
+        collect_in_process(GPT, outs[name], *args, threads=1)
     return outs
 
 
@@ -130,9 +126,8 @@ def test_a_loop_without_an_optimizer_counts_its_steps_and_a_dropped_zero_grad_is
     runs = {"ref": ["--steps", "8"], "ref2": ["--steps", "6", "--seed", "1"],
             "clean": ["--steps", "6", "--seed", "3", "--lr", "1.0"]}
     outs = {name: tmp_path / name for name in runs}
-    procs = run_parallel(*(([MANUAL, *args], agent_env("collect", outs[name], OMP_NUM_THREADS="1"))
-                           for name, args in runs.items()), timeout=300)
-    assert all(proc.returncode == 0 for proc in procs), [proc.stderr[-2000:] for proc in procs]
+    for name, args in runs.items():
+        collect_in_process(MANUAL, outs[name], *args, threads=1)
     [trace] = read_traces(outs["ref"])
     assert sorted({c["step"] for c in trace.calls("torch.Tensor.backward")}) == list(range(8))
     assert [c["step"] for c in trace.calls("torch.nn.Module.zero_grad")] == list(range(8))

@@ -12,7 +12,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, run_python
+from conftest import PIPELINES, collect_in_process
 
 from traincheck_agent.report.violations import ViolationLog, violation_record
 
@@ -59,8 +59,7 @@ def buggy_check(tmp_path_factory) -> Path:
     """Violations of a run that forgot zero_grad, checked against a clean reference."""
     root = tmp_path_factory.mktemp("report_runs")
     for name, args in (("reference", ["--steps", "6"]), ("bug", ["--steps", "3", "--bug", "no-zero-grad"])):
-        proc = run_python([MLP, *args], agent_env("collect", root / name))
-        assert proc.returncode == 0, proc.stderr
+        collect_in_process(MLP, root / name, *args)
     assert traincheck("infer", root / "reference", "-o", root / "inv.json").returncode == 0
     proc = traincheck("check", root / "bug", "-i", root / "inv.json", "--out", root / "violations")
     assert proc.returncode == 1, proc.stderr
