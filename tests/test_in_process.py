@@ -27,10 +27,9 @@ def _owned(owner, attr):
     return vars(owner)[attr]
 
 
-def test_uninstall_restores_every_wrapped_attribute(tmp_path):
-    model = torch.nn.Linear(4, 2)
-    _SubclassedSGD(model.parameters(), lr=0.1)  # torch hooks a class's step on its first instance
-    originals = {
+def _wrappable_attributes() -> dict[str, object]:
+    """The attributes the agent wraps, each as the owner holds it now."""
+    return {
         "Module.__call__": torch.nn.Module.__call__,
         "Module.train": torch.nn.Module.train,
         "Optimizer.__init__": torch.optim.Optimizer.__init__,
@@ -40,6 +39,12 @@ def test_uninstall_restores_every_wrapped_attribute(tmp_path):
         "F.dropout": torch.nn.functional.dropout,
         "init_process_group": torch.distributed.init_process_group,
     }
+
+
+def test_uninstall_restores_every_wrapped_attribute(tmp_path):
+    model = torch.nn.Linear(4, 2)
+    _SubclassedSGD(model.parameters(), lr=0.1)  # torch hooks a class's step on its first instance
+    originals = _wrappable_attributes()
     start_in_process("collect", {"TRAINCHECK_OUT": str(tmp_path)})
     try:
         opt = _SubclassedSGD(model.parameters(), lr=0.1)  # wraps the subclass's step
@@ -52,16 +57,7 @@ def test_uninstall_restores_every_wrapped_attribute(tmp_path):
         assert len(patching._undo_log) > 20
     finally:
         stop_in_process()
-    now = {
-        "Module.__call__": torch.nn.Module.__call__,
-        "Module.train": torch.nn.Module.train,
-        "Optimizer.__init__": torch.optim.Optimizer.__init__,
-        "Tensor.backward": _owned(torch.Tensor, "backward"),
-        "autograd.backward": torch.autograd.backward,
-        "subclass.step": _owned(_SubclassedSGD, "step"),
-        "F.dropout": torch.nn.functional.dropout,
-        "init_process_group": torch.distributed.init_process_group,
-    }
+    now = _wrappable_attributes()
     assert {k: now[k] is v for k, v in originals.items()} == dict.fromkeys(originals, True)
     assert runtime.current is None and patching._undo_log == [] and not bootstrap._started
     assert not [t.name for t in threading.enumerate() if t.name.startswith("traincheck")]
