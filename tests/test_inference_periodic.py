@@ -80,7 +80,6 @@ def _violations(invariant: Invariant, run: Run) -> list[dict]:
     return sorted((pc.violation(invariant, e) for e in found), key=lambda v: v["step"])
 
 
-@pytest.mark.slow
 def test_the_trace_records_the_lr_of_every_step(runs):
     # The relation needs after:optimizer.step snapshots of the param groups under a scheduler.
     (trace,) = read_traces(runs["step_ref"].path)
@@ -89,7 +88,6 @@ def test_the_trace_records_the_lr_of_every_step(runs):
     assert [recorded[s] for s in sorted(recorded)] == runs["step_ref"].lrs
 
 
-@pytest.mark.slow
 def test_step_lr_period_is_learned(runs):
     inv = _only(_infer(runs, "step_ref", "step_ref2"))
     assert inv.relation == pc.RELATION and inv.precondition == ()
@@ -99,20 +97,17 @@ def test_step_lr_period_is_learned(runs):
     assert "changes every 3 steps (at steps 3, 6, 9, ...) and stays constant in between" in inv.description
 
 
-@pytest.mark.slow
 def test_per_step_schedule_is_learned(runs):
     inv = _only(_infer(runs, "cosine_ref"))
     assert (inv.subject["attribute"], inv.subject["period"], inv.subject["offset"]) == ("lr", 1, 0)
     assert inv.description.endswith("changes at every step")
 
 
-@pytest.mark.slow
 def test_no_scheduler_or_disagreeing_references_give_no_invariant(runs):
     assert _infer(runs, "none_ref") == []  # lr, momentum ... never change: constants
     assert _infer(runs, "step_ref", "cosine_ref") == []  # one reference breaks the other's period
 
 
-@pytest.mark.slow
 def test_attributes_that_never_change_are_constants(runs):
     constants = {i.subject["attribute"]: i for i in _infer(runs, "none_ref", constants=True)}
     assert "lr" in constants and "momentum" in constants
@@ -123,7 +118,6 @@ def test_attributes_that_never_change_are_constants(runs):
     assert moved and "lr changed from" in moved[0]["message"]
 
 
-@pytest.mark.slow
 def test_clean_variants_violate_nothing(runs):
     step = _only(_infer(runs, "step_ref", "step_ref2"))
     cosine = _only(_infer(runs, "cosine_ref"))
@@ -132,7 +126,6 @@ def test_clean_variants_violate_nothing(runs):
     assert _violations(cosine, runs["cosine_clean"]) == []
 
 
-@pytest.mark.slow
 def test_forgotten_scheduler_step_is_caught_at_the_first_due_change(runs):
     step = _only(_infer(runs, "step_ref", "step_ref2"))
     violations = _violations(step, runs["step_no_step"])
@@ -144,7 +137,6 @@ def test_forgotten_scheduler_step_is_caught_at_the_first_due_change(runs):
     assert [v["step"] for v in _violations(cosine, runs["cosine_no_step"])] == [1, 2, 3, 4, 5]
 
 
-@pytest.mark.slow
 def test_a_schedule_settled_at_its_floor_is_not_judged_and_a_forgotten_step_still_is(runs):
     every_step = _only(_infer(runs, "warmup_ref", "warmup_ref2"))
     assert every_step.subject["period"] == 1
@@ -157,7 +149,6 @@ def test_a_schedule_settled_at_its_floor_is_not_judged_and_a_forgotten_step_stil
     assert [v["step"] for v in _violations(every_step, runs["warmup_no_step"])] == list(range(1, 8))
 
 
-@pytest.mark.slow
 def test_double_scheduler_step_is_caught_at_the_first_early_change(runs):
     step = _only(_infer(runs, "step_ref", "step_ref2"))
     violations = _violations(step, runs["step_double"])
@@ -165,7 +156,6 @@ def test_double_scheduler_step_is_caught_at_the_first_early_change(runs):
     assert violations[0]["message"].endswith("lr changed from 0.1 to 0.05 at step 2, where no change was expected")
 
 
-@pytest.mark.slow
 def test_sampled_steps_are_judged_only_where_the_gap_decides(runs):
     step = _only(_infer(runs, "step_ref", "step_ref2"))
     # Each gap (2, 5], (5, 8] ... holds exactly one due change: a missing one is certain.
@@ -182,7 +172,6 @@ def test_sampled_steps_are_judged_only_where_the_gap_decides(runs):
     assert merged.support["unjudged"] == 0 and merged.support["traces"] == 2
 
 
-@pytest.mark.slow
 def test_inference_is_deterministic(runs):
     first = [i.to_json() for i in _infer(runs, "step_ref", "step_ref2", "sparse_step_clean")]
     second = [i.to_json() for i in _infer(runs, "sparse_step_clean", "step_ref2", "step_ref")]
@@ -216,7 +205,6 @@ def test_irregular_or_rare_changes_are_not_periodic():
     assert (inv.subject["period"], inv.subject["offset"]) == (2, 0)
 
 
-@pytest.mark.slow
 def test_online_checker_agrees_with_the_offline_check(runs):
     """The online checker only feeds the collector the snapshots of watched variables
     (``record_filter``); its verdicts are still those of the offline check."""
