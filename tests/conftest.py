@@ -246,3 +246,39 @@ def agent_in_process(tmp_path: Path):
     changed = [name for name, value in before.items() if after[name] is not value]
     assert not changed, f"left wrapped after the agent was taken out: {changed}"
     assert signal.getsignal(signal.SIGTERM) is sigterm
+
+
+# -- distributed reference runs shared by the whole session -----------------------------------
+
+TORCHRUN = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone"]
+
+
+class SharedTorchrunTraces:
+    """Traces of 2-rank torchrun collections that several test modules read, each collected once
+    per session (a torchrun run is three processes importing torch). A trace folder is made
+    read-only once collected: tests read it and write their own output elsewhere."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.stderr: dict[Path, str] = {}
+        self._done: dict[tuple[str, ...], Path] = {}
+
+    def __call__(self, script: str, *args: str) -> Path:
+        key = (script, *args)
+        if key not in self._done:
+            out = self.root / f"run{len(self._done)}"
+            proc = run_python([*TORCHRUN, str(PIPELINES / script), *args],
+                              agent_env("collect", out, OMP_NUM_THREADS="1"))
+            assert proc.returncode == 0, proc.stderr
+            for folder in (out, *(p for p in out.rglob("*") if p.is_dir())):
+                folder.chmod(0o555)
+            self.stderr[out] = proc.stderr
+            self._done[key] = out
+        return self._done[key]
+
+
+@pytest.fixture(scope="session")
+def torchrun_traces(tmp_path_factory) -> SharedTorchrunTraces:
+    """``torchrun_traces("ddp_train.py", "--steps", "6")``: the folder of that run's traces
+    (collect mode, ``OMP_NUM_THREADS=1``), collected on first use in the session."""
+    return SharedTorchrunTraces(tmp_path_factory.mktemp("torchrun_traces"))

@@ -208,7 +208,7 @@ def test_only_what_the_invariants_need_is_instrumented(inv, tmp_path):
     assert {v["step"] for v in _violations(out)} == {0, 1, 2}
 
 
-def test_ddp_under_torchrun_clean_and_same_data(tmp_path):
+def test_ddp_under_torchrun_clean_and_same_data(tmp_path, torchrun_traces):
     """Per-rank checking under torchrun: a clean variant reports nothing on either rank; ranks
     fed the same batches (no DistributedSampler) break a cross-rank invariant, which the ranks'
     checkers exchange through the torch.distributed store and rank 0 reports."""
@@ -216,9 +216,7 @@ def test_ddp_under_torchrun_clean_and_same_data(tmp_path):
         cmd = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(PIPELINES / "ddp_train.py"), *args]
         return cmd, agent_env(mode, out, OMP_NUM_THREADS="1", **env)
 
-    [ref] = run_parallel(torchrun("collect", tmp_path / "ref", "--steps", "6"))
-    assert ref.returncode == 0, ref.stderr
-    invariants, files = infer_invariants([tmp_path / "ref"])
+    invariants, files = infer_invariants([torchrun_traces("ddp_train.py", "--steps", "6")])
     assert {"CrossRankConsistent", "CrossRankValue", "StateTransition"} <= {i.relation for i in invariants}
     write_invariants(invariants, tmp_path / "inv.json", [str(f) for f in files])
     inv_file = str(tmp_path / "inv.json")

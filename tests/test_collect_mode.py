@@ -218,8 +218,10 @@ def _torchrun_two_ranks(script: str, out):
     return sorted(read_traces(out), key=lambda t: t.header["rank"])
 
 
-def test_torchrun_writes_one_trace_per_rank(tmp_path):
-    traces = _torchrun_two_ranks("ddp_train.py", tmp_path / "t")
+def test_torchrun_writes_one_trace_per_rank(torchrun_traces):
+    out = torchrun_traces("ddp_train.py")
+    assert "[traincheck]" not in torchrun_traces.stderr[out], torchrun_traces.stderr[out]
+    traces = sorted(read_traces(out), key=lambda t: t.header["rank"])
     assert [t.header["rank"] for t in traces] == [0, 1]
     assert {t.header["world_size"] for t in traces} == {2}
     assert len({t.header["run_id"] for t in traces}) == 1

@@ -238,8 +238,8 @@ def _cross_rank(invariants):
 
 
 @pytest.mark.slow
-def test_ddp_replicas_are_equal_across_ranks(tmp_path):
-    invariants, _ = infer_invariants([_torchrun(tmp_path, "ddp", "ddp_train.py")])
+def test_ddp_replicas_are_equal_across_ranks(tmp_path, torchrun_traces):
+    invariants, _ = infer_invariants([torchrun_traces("ddp_train.py")])
     found = _cross_rank(invariants)
     equal_data = found[("after:optimizer.step", "data")]
     assert equal_data.precondition == () and equal_data.support["variables"] == 4
@@ -250,17 +250,17 @@ def test_ddp_replicas_are_equal_across_ranks(tmp_path):
     assert check_offline(invariants, [no_sync]) == []
     # Casting the wrapped model to half and back loses DDP's gradient hooks: the ranks' grads
     # are no longer averaged, and the replicas drift from the first backward on.
-    drift = check_offline(invariants, [_torchrun(tmp_path, "ddp_bug", "ddp_train.py", "--bug", "dtype-roundtrip")])
+    drift = check_offline(invariants, [torchrun_traces("ddp_train.py", "--bug", "dtype-roundtrip")])
     first = [v for v in drift if v["step"] == 0 and v["relation"] == "CrossRankConsistent"]
     assert first and {v["variable"] for v in first} >= {"model.0.weight", "model.2.weight"}
     assert any("after:backward" in v["message"] for v in first)
 
 
 @pytest.mark.slow
-def test_ranks_loading_the_same_batches_are_caught(tmp_path):
+def test_ranks_loading_the_same_batches_are_caught(tmp_path, torchrun_traces):
     """Without a DistributedSampler every rank trains on the same batches: DDP keeps the
     replicas equal, so only the batch fingerprints across ranks show it."""
-    invariants, _ = infer_invariants([_torchrun(tmp_path, "ref", "ddp_train.py", "--steps", "6")])
+    invariants, _ = infer_invariants([torchrun_traces("ddp_train.py", "--steps", "6")])
     distinct = {i.subject["position"]: i for i in invariants if i.relation == "CrossRankValue"}
     assert set(distinct) == {"ret.items[0]", "ret.items[1]"} and distinct["ret.items[0]"].id.startswith("cv-")
     assert all(i.subject["form"] == "distinct" for i in distinct.values())
@@ -273,13 +273,13 @@ def test_ranks_loading_the_same_batches_are_caught(tmp_path):
 
 
 @pytest.mark.slow
-def test_tensor_parallel_replicated_parameters_only_and_the_bloom_bug(tmp_path):
-    reference = _torchrun(tmp_path, "tp", "tp_train.py")
+def test_tensor_parallel_replicated_parameters_only_and_the_bloom_bug(tmp_path, torchrun_traces):
+    reference = torchrun_traces("tp_train.py", "--steps", "6")
     invariants, _ = infer_invariants([reference])
     equal_data = _cross_rank(invariants)[("after:optimizer.step", "data")]
     assert [c.text() for c in equal_data.precondition] == ["tensor_model_parallel = False"]
     assert equal_data.support["variables"] == 2  # the LayerNorm weight and bias, never the shards
-    buggy = _torchrun(tmp_path, "tp_bug", "tp_train.py", "--bug", "clip-on-one-rank")
+    buggy = torchrun_traces("tp_train.py", "--bug", "clip-on-one-rank")
     violations = [v for v in check_offline(invariants, [buggy]) if v["relation"] == "CrossRankConsistent"]
     first = [v for v in violations if v["invariant"] == equal_data.id and v["step"] == 0]
     assert {v["variable"] for v in first} == {"model.0.weight", "model.0.bias"}

@@ -40,12 +40,12 @@ def _key(v: dict) -> tuple:
 
 
 @pytest.mark.slow
-def test_online_cross_rank_verdicts_equal_the_offline_ones(tmp_path):
-    reference = _collect(tmp_path, "ref")
+def test_online_cross_rank_verdicts_equal_the_offline_ones(tmp_path, torchrun_traces):
+    reference = torchrun_traces("tp_train.py", "--steps", "6")
     invariants, files = infer_invariants([reference])
     inv_file = tmp_path / "inv.json"
     write_invariants(invariants, inv_file, [str(f) for f in files])
-    bug = _collect(tmp_path, "bug", "--bug", "clip-on-one-rank")
+    bug = torchrun_traces("tp_train.py", "--bug", "clip-on-one-rank")
     online = _replay(tmp_path, bug, inv_file)
     assert "CrossRankConsistent" in online["relations"]
     offline = [v for v in check_offline(invariants, [bug]) if v["relation"] == "CrossRankConsistent"]
