@@ -112,12 +112,14 @@ def _change_line(change: Any) -> str:
 
 
 def _as_json(update: Any, output: Path) -> dict[str, Any]:
+    from traincheck_agent.inference.update import CHANGE_KINDS
+
     return {
         "output": str(output),
         "invariants": len(update.learned.invariants),
         "previous": len(update.old.invariants),
         "traces": [f.name for f in update.learned.files],
         "new_traces": sorted(f.name for f in update.new_files),
-        "counts": {kind: sum(c.kind == kind for c in update.changes) for kind in ("removed", "narrowed", "widened", "added")},
+        "counts": {kind: sum(c.kind == kind for c in update.changes) for kind in CHANGE_KINDS},
         "changes": [c.to_json() for c in update.changes],
     }
