@@ -33,6 +33,12 @@ def main() -> None:
                         help="data-normal: initialise through .data, as some _init_weights do")
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per optimizer step")
     parser.add_argument("--clip", type=float, default=0.0, help="clip the grad norm to this before each step")
+    parser.add_argument("--warmup", type=int, default=0,
+                        help="ramp the learning rate linearly from 0 over this many steps")
+    parser.add_argument("--zero-init-head", action="store_true",
+                        help="start the output layer at zero (the backbone gets no grad at the first step)")
+    parser.add_argument("--grads-to-zero", action="store_true",
+                        help="zero_grad(set_to_none=False): zero the grads instead of dropping them")
     parser.add_argument("--print-every", type=int, default=0, help="print 'step N' every N steps")
     args = parser.parse_args()
 
@@ -47,6 +53,9 @@ def main() -> None:
                 layer.weight.data.normal_(mean=0.0, std=0.02)
             else:
                 nn.init.normal_(layer.weight, std=0.02)
+    if args.zero_init_head:
+        nn.init.zeros_(model.head.weight)
+        nn.init.zeros_(model.head.bias)
     if args.freeze_backbone or args.bug == "optimizer-over-frozen":
         for p in model.backbone.parameters():
             p.requires_grad_(False)
@@ -56,6 +65,9 @@ def main() -> None:
         optimizer = torch.optim.SGD(trained.parameters(), lr=args.lr * 10)
     else:
         optimizer = torch.optim.Adam(trained.parameters(), lr=args.lr)
+    scheduler = None
+    if args.warmup:
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, step / args.warmup))
     gen = torch.Generator().manual_seed(args.seed + 1)
     x = torch.randn(64, 16, generator=gen)
     y = torch.randint(0, 4, (64,), generator=gen)
@@ -65,7 +77,7 @@ def main() -> None:
             raise KeyError(f"user error at step {step}")
         model.train()
         if args.bug != "no-zero-grad":
-            optimizer.zero_grad()
+            optimizer.zero_grad(set_to_none=not args.grads_to_zero)
         for micro in range(args.accumulate):
             part = slice(micro * len(x) // args.accumulate, (micro + 1) * len(x) // args.accumulate)
             loss = nn.functional.cross_entropy(model(x[part]), y[part]) / args.accumulate
@@ -73,6 +85,8 @@ def main() -> None:
         if args.clip:
             nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
         losses.append(loss.item())
         if args.print_every and step % args.print_every == 0:
             print(f"step {step}", flush=True)

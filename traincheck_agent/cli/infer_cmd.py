@@ -18,11 +18,22 @@ def add_parser(commands: Any) -> None:
         "infer",
         help="learn invariants from clean traces",
         description="Learn invariants from one or more clean reference traces. An invariant "
-        "broken in any of them is not emitted.",
+        "broken in any of them is not emitted. With --update FILE, learn from the traces FILE was "
+        "learned from plus the new ones (the same invariants as a fresh infer over all of them), "
+        "and say which invariants were removed, narrowed, widened or added, and why. FILE records "
+        "where its traces are, relative to itself, with a digest of each: a trace that moved or "
+        "changed, or a file written before paths were recorded, needs --references.",
     )
-    infer.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories")
-    infer.add_argument("-o", "--output", type=Path, default=Path("invariants.json"),
-                       help="invariants file to write (default invariants.json)")
+    infer.add_argument("paths", nargs="+", metavar="PATH", help="trace files or directories (with --update: the new ones)")
+    infer.add_argument("-o", "--output", type=Path, default=None,
+                       help="invariants file to write (default invariants.json; with --update, FILE itself)")
+    infer.add_argument("--update", type=Path, default=None, metavar="FILE",
+                       help="re-learn FILE's invariants with the new traces PATH... added to its references")
+    infer.add_argument("--references", nargs="+", action="extend", default=None, metavar="PATH",
+                       help="with --update: the traces FILE was learned from, when it cannot find them "
+                            "(give the new traces first, or repeat the option)")
+    infer.add_argument("--json", action="store_true",
+                       help="with --update: print the changes as one JSON object instead of lines")
     infer.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="show a progress bar on stderr (default: when stderr is a terminal)")
     infer.add_argument("--ranks", type=rank_set, default=None, metavar="LIST",
@@ -79,7 +90,15 @@ def run_infer(args: argparse.Namespace) -> int:
     from traincheck_agent.cli.progress import ProgressBar
     from traincheck_agent.inference.engine import InferenceFacts, infer_invariants
     from traincheck_agent.inference.invariant import write_invariants
+    from traincheck_agent.inference.references import describe
 
+    if args.update is not None:
+        from traincheck_agent.cli.infer_update import run_update
+
+        return run_update(args)
+    if args.references is not None or args.json:
+        return fail("--references and --json go with --update FILE")
+    args.output = args.output or Path("invariants.json")
     started = time.perf_counter()
     try:
         found, readable = _readable_traces(args.paths)
@@ -104,7 +123,7 @@ def run_infer(args: argparse.Namespace) -> int:
         of_ranks = "" if args.ranks is None else " of the ranks asked for"
         return fail(f"no trace files{of_ranks} under {' '.join(args.paths)}")
     try:
-        write_invariants(invariants, args.output, [str(f) for f in files])
+        write_invariants(invariants, args.output, [f.name for f in files], describe(files, args.output))
     except OSError as exc:
         return fail(f"{args.output}: cannot write the invariants file: {exc.strerror or exc}")
     took = time.perf_counter() - started

@@ -79,13 +79,34 @@ class InferenceFacts:
         return out
 
 
+@dataclass
+class Learned:
+    """What one inference pass produced: the invariants, the trace files read (in reading
+    order), and every relation's example groups (``inference.stream``), by relation name."""
+
+    invariants: list[Invariant]
+    files: list[Path]
+    examples: dict[str, Any]
+
+
 def infer_invariants(paths: Iterable[str | Path], progress: Progress | None = None,
                      ranks: Collection[int] | None = None, facts: InferenceFacts | None = None
                      ) -> tuple[list[Invariant], list[Path]]:
     """The invariants that hold in every trace under ``paths``, and the trace files read;
     ``ranks``: only the traces of those ranks (cross-rank invariants are learned among them);
     ``facts``, when given, is filled with what else inference saw."""
-    files = find_trace_files(paths)
+    learned = learn(paths, progress, ranks, facts)
+    return learned.invariants, learned.files
+
+
+def learn(paths: Iterable[str | Path], progress: Progress | None = None,
+          ranks: Collection[int] | None = None, facts: InferenceFacts | None = None) -> Learned:
+    """``infer_invariants``, keeping the examples (to explain what changed in an update).
+
+    Traces are read in order of file name (then path), so the result does not depend on the
+    directories they lie in: learning from the same traces gives the same file wherever they
+    were copied."""
+    files = sorted(find_trace_files(paths), key=lambda p: (p.name, str(p)))
     if ranks is not None:
         wanted = set(ranks)
         files = [f for f in files if TraceFile(f).header.get("rank") in wanted]
@@ -103,4 +124,4 @@ def infer_invariants(paths: Iterable[str | Path], progress: Progress | None = No
             facts.learned[relation.RELATION] = len(found)
     if facts is not None:
         facts.steps = {str(label): counts[0][1] for label, counts in examples[STEP_COUNT.RELATION].items()}
-    return sorted(invariants, key=lambda i: i.id), files
+    return Learned(sorted(invariants, key=lambda i: i.id), files, examples)

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ from typing import Any
 import traincheck_agent
 from traincheck_agent.inference import relations
 from traincheck_agent.inference.preconditions import Clause, Domain
+from traincheck_agent.inference.references import Reference, reference_problem
+from traincheck_agent.inference.references import from_json as reference_from_json
 from traincheck_agent.input_files import read_limited
 
 FILE_FORMAT = "traincheck-invariants"
@@ -91,15 +94,27 @@ class Invariant:
         )
 
 
-def write_invariants(invariants: list[Invariant], path: str | Path, sources: list[str]) -> None:
-    doc = {
+def write_invariants(invariants: list[Invariant], path: str | Path, sources: list[str],
+                     references: list[Reference] | None = None) -> None:
+    """Write the file: ``sources`` are the reference traces' names, ``references`` how to find
+    them again (``inference.references``). The file is replaced in one step (written beside it,
+    then renamed), so a failed write leaves the previous file whole."""
+    doc: dict[str, Any] = {
         "format": FILE_FORMAT,
         "version": FILE_VERSION,
         "generated_by": f"traincheck-agent {traincheck_agent.__version__}",
         "sources": sorted(sources),
-        "invariants": [inv.to_json() for inv in sorted(invariants, key=lambda i: i.id)],
     }
-    Path(path).write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    if references is not None:
+        doc["references"] = [r.to_json() for r in references]
+    doc["invariants"] = [inv.to_json() for inv in sorted(invariants, key=lambda i: i.id)]
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        partial.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _require(raw: dict[str, Any], key: str, kind: type, path: Path, where: str) -> Any:
@@ -202,8 +217,24 @@ def _domain_problem(domain: Any) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class InvariantsFile:
+    """An invariants file as read: its invariants, the names of the traces they were learned
+    from and, for files that record them, where those traces are (None: not recorded, as in
+    files written before ``references`` existed)."""
+
+    invariants: list[Invariant]
+    sources: tuple[str, ...]
+    references: list[Reference] | None
+
+
 def read_invariants(path: str | Path) -> list[Invariant]:
     """Read and validate an invariants file; errors name the file and the entry."""
+    return read_invariants_file(path).invariants
+
+
+def read_invariants_file(path: str | Path) -> InvariantsFile:
+    """Read and validate an invariants file with what it records of its references."""
     path = Path(path)
     doc = _parse(path)
     if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
@@ -234,4 +265,20 @@ def read_invariants(path: str | Path) -> list[Invariant]:
         if problem:
             raise InvariantFileError(path, where, problem)
         out.append(invariant)
-    return out
+    sources = doc.get("sources", [])
+    if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+        raise InvariantFileError(path, "sources", "expected a list of trace names")
+    return InvariantsFile(out, tuple(sources), _references(doc, path))
+
+
+def _references(doc: dict[str, Any], path: Path) -> list[Reference] | None:
+    raw = doc.get("references")
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise InvariantFileError(path, "references", f"expected a list, got {type(raw).__name__}")
+    for i, entry in enumerate(raw):
+        problem = reference_problem(entry)
+        if problem:
+            raise InvariantFileError(path, f"references[{i}]", problem)
+    return [reference_from_json(entry) for entry in raw]

@@ -92,12 +92,14 @@ def route_by_kind(targets: Iterable[tuple[ModuleType, T]]) -> dict[str, list[T]]
 
 
 def collect_all(relations: Iterable[ModuleType], paths: Iterable[str | Path]) -> dict[str, Groups]:
-    """The example groups of every relation, from one pass over each trace under ``paths``."""
+    """The example groups of every relation, from one pass over each trace under ``paths``
+    (in order of file name, then path: the examples' order does not depend on where the traces
+    lie)."""
     from traincheck_agent.trace.reader import TraceFile, find_trace_files
 
     relations = list(relations)
     out: dict[str, Groups] = {r.RELATION: defaultdict(list) for r in relations}
-    for path in find_trace_files(paths):
+    for path in sorted(find_trace_files(paths), key=lambda p: (p.name, str(p))):
         trace = TraceFile(path)
         source = TraceSource.of(trace)
         collectors = [(r.key_of, out[r.RELATION], r.Collector(source)) for r in relations]
