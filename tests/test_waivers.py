@@ -362,3 +362,30 @@ def test_offline_check_with_waivers(runs, tmp_path, capsys):
     assert main(["check", str(runs["bug"]), "-i", str(runs["inv"]), "--out", str(out), "--waive", str(bad)]) == 2
     assert main(["report", str(out), "--waive", str(bad)]) == 2
     assert capsys.readouterr().err.count(f"traincheck: error: {bad}: version: unsupported version 3") == 2
+
+
+def test_a_waiver_matched_on_any_rank_is_not_stale():
+    from traincheck_agent.check.waivers import merge_tallies
+
+    def tally(*matched: int) -> dict:
+        return {"file": "w.yaml", "entries": [{"index": i, "label": f"w{i}", "reason": "r", "matched": n}
+                                              for i, n in enumerate(matched)]}
+
+    merged = merge_tallies([tally(0, 2, 0), tally(3, 0, 0), {"file": "w.yaml", "entries": "junk"}])
+    assert [(e["index"], e["matched"]) for e in merged] == [(0, 3), (1, 2), (2, 0)]
+
+
+@pytest.mark.parametrize("rank, said", [(0, "1 of 1 waivers of"), (1, None)])
+def test_with_several_ranks_only_rank_0_counts_unmatched_waivers(runs, tmp_path, capsys, rank, said):
+    from traincheck_agent.agent.checking.check_mode import CheckSink
+
+    path = tmp_path / "w.yaml"
+    path.write_text("version: 1\nwaivers:\n  - id: sc-0123456789ab\n    reason: r\n")
+    sink = CheckSink(read_invariants(runs["inv"]), out_dir=tmp_path / "out", waivers=read_waivers(path))
+    sink.consume([{"kind": "header", "schema": 1, "rank": rank, "world_size": 2, "run_id": "r"}])
+    sink.close()
+    err = capsys.readouterr().err
+    assert "it may be stale" not in err  # another rank may have matched it
+    assert (said in err) if said else "waivers of" not in err
+    [tally] = [r for r in _records(tmp_path / "out") if r.get("event") == "waivers"]
+    assert tally["rank"] == rank and tally["waivers"]["entries"][0]["matched"] == 0
