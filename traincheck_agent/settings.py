@@ -34,6 +34,8 @@ ENV_VARS: dict[str, str] = {
     "TRAINCHECK_CHECKER": "check mode: auto (default) | process | thread, where the online checker runs; "
                           "auto = a child process when a CPU core is left over by torch's threads "
                           "(raise and abort always check in the training process).",
+    "TRAINCHECK_WAIVE": "check mode: a waivers file (docs/waivers.md); the violations it covers are logged as "
+                        "waived, never reported as failures (a bad file is ignored with a warning).",
     "TRAINCHECK_CHECK_TRACE": "check mode: 1 = also write the trace of what was checked (yes/no, default 0).",
     "TRAINCHECK_POLICY": "Extra policy files, ':'-separated; later files add to or override earlier ones.",
     "TRAINCHECK_NO_DEFAULT_POLICIES": "1 = load only the files in TRAINCHECK_POLICY (yes/no, default 0).",
@@ -93,6 +95,18 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     return value
 
 
+def _one_path(env: Mapping[str, str], name: str) -> Path | None:
+    """The single file named by ``name``; None when unset. A value that names several files
+    (``:``-separated) gets a warning and is not used."""
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    if os.pathsep in raw:
+        warn(f"{name}={raw!r} names more than one file ({os.pathsep!r}-separated); it takes one, so none is used")
+        return None
+    return Path(raw).expanduser()
+
+
 def new_run_id() -> str:
     """A run id that sorts by start time; os.urandom leaves the user's RNG streams untouched."""
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
@@ -150,6 +164,8 @@ class Settings(NamedTuple):
     # Where the online checker runs: a child process, a thread of this one, or "auto" (a child
     # process when a core is left over, see agent.checking.checker_process.spare_core).
     checker: str = "auto"
+    # Check mode: the waivers file (check.waivers); None: no violation is waived.
+    waivers_file: Path | None = None
     # Where parsed policy files are kept between processes (policy.parse_cache); None: nowhere.
     cache_dir: Path | None = None
 
@@ -173,5 +189,6 @@ class Settings(NamedTuple):
             action=_choice(env, "TRAINCHECK_ACTION", ACTIONS) if resolved_mode == "check" else "log",
             checker=_choice(env, "TRAINCHECK_CHECKER", CHECKERS) if resolved_mode == "check" else "thread",
             check_trace=env_flag(env, "TRAINCHECK_CHECK_TRACE") if resolved_mode == "check" else False,
+            waivers_file=_one_path(env, "TRAINCHECK_WAIVE") if resolved_mode == "check" else None,
             cache_dir=default_cache_dir(env),
         )

@@ -1,5 +1,5 @@
-"""The ``traincheck`` command line: ``trace summary``, ``infer``, ``invariants show``, ``check``,
-``report``, ``demo``.
+"""The ``traincheck`` command line: ``trace summary``, ``infer``, ``invariants show``,
+``invariants waive``, ``check``, ``report``, ``demo``.
 
 Each subcommand lives in its own module, which adds its parser and handles its arguments; this
 module only wires them together and turns bad input into exit status 2 without a traceback.

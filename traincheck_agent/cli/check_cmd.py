@@ -34,6 +34,9 @@ def add_parser(commands: Any) -> None:
                        "violations files already there are replaced")
     check.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="show a progress bar on stderr (default: when stderr is a terminal)")
+    check.add_argument("--waive", type=Path, default=None, metavar="WAIVERS",
+                       help="waivers file (docs/waivers.md): the violations it covers are written marked "
+                       "as waived, not shown, and do not make the exit status 1")
     check.set_defaults(handler=run_check)
 
 
@@ -57,6 +60,12 @@ def _clear_old(out: Path) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     from traincheck_agent.check.offline import check_offline, rank_of, run_header, trace_headers
+    from traincheck_agent.check.waivers import (
+        WaiverFileError,
+        read_waivers,
+        stale_line,
+        waived_mark,
+    )
     from traincheck_agent.cli.progress import ProgressBar
     from traincheck_agent.inference.coverage import Coverage
     from traincheck_agent.inference.invariant import InvariantFileError
@@ -68,6 +77,10 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         invariants = _load_invariants(args.invariants)
     except InvariantFileError as exc:
+        return fail(str(exc))
+    try:
+        waivers = read_waivers(args.waive) if args.waive is not None else None
+    except WaiverFileError as exc:
         return fail(str(exc))
     try:
         files = find_trace_files(args.paths)
@@ -101,17 +114,24 @@ def run_check(args: argparse.Namespace) -> int:
 
     logs: dict[int, ViolationLog] = {}
     records = []
+    waived = 0
     now = time.time_ns()
     for violation in violations:
         rank = rank_of(violation, headers)
         header = run_header(rank, violation, headers)
+        waiver = waivers.match(violation) if waivers is not None else None
         record = violation_record(violation, invariants.get(violation["invariant"]), rank=rank,
                                   run_id=header.get("run_id"), host=header.get("host"),
-                                  pid=header.get("pid"), timestamp_ns=now)
+                                  pid=header.get("pid"), timestamp_ns=now,
+                                  waived=None if waiver is None or waivers is None
+                                  else waived_mark(waiver, waivers.path))
         if rank not in logs:
             logs[rank] = ViolationLog(args.out, rank)
         logs[rank].report(record)
-        records.append(record)
+        if waiver is None:
+            records.append(record)
+        else:
+            waived += 1
     covered = coverage.summary(invariants)
     if covered:
         rank = min(logs) if logs else rank_of({}, headers)
@@ -120,6 +140,15 @@ def run_check(args: argparse.Namespace) -> int:
             logs[rank] = ViolationLog(args.out, rank)
         logs[rank].stats(coverage_record(coverage.to_json(), covered, rank=rank, run_id=header.get("run_id"),
                                          host=header.get("host")))
+    if waivers is not None and waivers.entries:
+        from traincheck_agent.report.violations import waivers_record
+
+        rank = min(logs) if logs else rank_of({}, headers)
+        header = run_header(rank, {}, headers)
+        if rank not in logs:
+            logs[rank] = ViolationLog(args.out, rank)
+        logs[rank].stats(waivers_record(waivers.tally(), rank=rank, run_id=header.get("run_id"),
+                                        host=header.get("host")))
     for log in logs.values():
         log.close()
     took = time.perf_counter() - started
@@ -128,6 +157,11 @@ def run_check(args: argparse.Namespace) -> int:
     write_line(out, f"checked {len(files)} trace file(s) against {len(invariants)} invariants in {took:.2f} s")
     if covered:
         write_line(out, covered)
+    if waivers is not None:
+        write_line(out, f"{waived} violations waived by {waivers.path} (written to the violations files, "
+                   "marked as waived)")
+        for waiver in waivers.stale():
+            write_line(out, stale_line(waiver, waivers.path, "in these traces"))
     if not records:
         write_line(out, "no violations")
         return 0

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from traincheck_agent.cli import waive_cmd
 from traincheck_agent.cli.errors import fail
 from traincheck_agent.terminal_text import write_line
 from traincheck_agent.trace.reader import TraceFormatError
@@ -51,6 +52,7 @@ def add_parser(commands: Any) -> None:
     show.add_argument("--relation", help="only this relation")
     show.add_argument("--api", help="only invariants about this API / event (substring)")
     show.set_defaults(handler=run_show)
+    waive_cmd.add_parser(sub)
 
 
 def rank_set(text: str) -> frozenset[int]:

@@ -26,18 +26,27 @@ def add_parser(commands: Any) -> None:
                         help="directory searched recursively for violations-*.jsonl (or one file)")
     report.add_argument("-o", "--output", type=Path, default=None,
                         help=f"HTML file to write (default DIR/{DEFAULT_NAME})")
+    report.add_argument("--waive", type=Path, default=None, metavar="WAIVERS",
+                        help="waivers file (docs/waivers.md): judge every violation against it instead of "
+                        "the marks the check left; what it covers is listed under Waived")
     report.set_defaults(handler=run_report)
 
 
 def run_report(args: argparse.Namespace) -> int:
+    from traincheck_agent.check.waivers import WaiverFileError, read_waivers
     from traincheck_agent.report.html import SkippedRecords, ViolationFileError, write_report
 
+    try:
+        waivers = read_waivers(args.waive) if args.waive is not None else None
+    except WaiverFileError as exc:
+        return fail(str(exc))
     output = args.output
     if output is None:
         output = (args.dir.parent if args.dir.is_file() else args.dir) / DEFAULT_NAME
     skipped = SkippedRecords()
+    notes: list[str] = []
     try:
-        records, distinct, groups, files = write_report(args.dir, output, skipped)
+        records, distinct, groups, files = write_report(args.dir, output, skipped, waivers, notes)
     except ViolationFileError as exc:
         return fail(str(exc))
     except OSError as exc:
@@ -47,6 +56,8 @@ def run_report(args: argparse.Namespace) -> int:
     else:
         repeated = f" ({records} records)" if records != distinct else ""
         write_line(sys.stdout, f"{distinct} violations{repeated} in {groups} groups from {files} file(s) -> {output}")
+    for note in notes:
+        write_line(sys.stdout, note)
     if skipped.count:
         # The report shows the readable records; the status still says the input was bad.
         return fail(f"{skipped.first} ({skipped.count} bad record(s) skipped, the first shown)")

@@ -1,5 +1,5 @@
 """Policy YAML parsing with PyYAML's safe loader: data only, no anchors or aliases, no
-duplicate keys.
+duplicate keys. Waivers files (``check.waivers``) are parsed the same way.
 
 Kept apart from the loader so that PyYAML (about 10 ms of start-up) is imported only when a
 policy file has to be parsed, not when its parsed form is in the cache (``parse_cache``).
@@ -20,7 +20,7 @@ class _PolicyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ign
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         if node in self.constructed_objects or node in self.recursive_objects:
             raise yaml.constructor.ConstructorError(
-                None, None, "anchors and aliases (&name, *name) are not allowed in policy files",
+                None, None, "anchors and aliases (&name, *name) are not allowed",
                 node.start_mark)
         return super().construct_object(node, deep=deep)
 

@@ -21,7 +21,8 @@ from traincheck_agent.messages import warn
 from traincheck_agent.output_files import make_output_dir
 from traincheck_agent.report.triage import Group, triage
 from traincheck_agent.report.violation_schema import record_problem
-from traincheck_agent.report.violations import COVERAGE_EVENT, VIOLATIONS_GLOB, what_happened
+from traincheck_agent.report.violations import STATS_EVENTS, VIOLATIONS_GLOB, what_happened
+from traincheck_agent.report.waived import WaivedPart, split_waived, waived_section
 
 MAX_BINS = 120
 MAX_ROWS_PER_GROUP = 200
@@ -92,13 +93,13 @@ def read_violation_file(path: Path, skipped: SkippedRecords | None = None) -> li
 def read_violations(root: Path, stats: list[dict[str, Any]] | None = None,
                     skipped: SkippedRecords | None = None) -> tuple[list[dict[str, Any]], list[Path]]:
     """The violation records under ``root`` and the files read; stats records (``event:
-    coverage``) are left out, and appended to ``stats`` when given. ``skipped``: see
-    ``read_violation_file``."""
+    coverage`` or ``waivers``) are left out, and appended to ``stats`` when given. ``skipped``:
+    see ``read_violation_file``."""
     files = find_violation_files(root)
     records = []
     for path in files:
         for record in read_violation_file(path, skipped):
-            if record.get("event") == COVERAGE_EVENT:
+            if record.get("event") in STATS_EVENTS:
                 if stats is not None:
                     stats.append(record)
             else:
@@ -373,10 +374,13 @@ def _group_card(number: int, group: Group) -> str:
 
 
 def render_report(records: list[dict[str, Any]], source: str, files: list[Path] | None = None,
-                  groups: list[Group] | None = None, coverage: str = "") -> str:
+                  groups: list[Group] | None = None, coverage: str = "",
+                  waived: WaivedPart | None = None) -> str:
     """The HTML report of ``records`` (violation records of any ranks), grouped by
-    :func:`triage` unless ``groups`` is given; ``coverage``: what was not covered, in words."""
+    :func:`triage` unless ``groups`` is given; ``coverage``: what was not covered, in words;
+    ``waived``: the waived violations and stale waivers, shown in a section of their own."""
     groups = triage(records) if groups is None else groups
+    waived_html = waived_section(waived) if waived is not None else ""
     kept = [r for g in groups for r in g.records]  # de-duplicated
     ranks = sorted({_rank(r) for r in kept})
     runs = sorted({str(r.get("run_id")) for r in kept if r.get("run_id")})
@@ -385,6 +389,8 @@ def render_report(records: list[dict[str, Any]], source: str, files: list[Path] 
     stats = [("violations", len(kept)), ("groups", len(groups)), ("invariants", len(invariants)),
              ("ranks", rank_ranges(ranks)),
              ("steps", f"{min(steps)}\u2013{max(steps)}" if steps else "-")]
+    if waived is not None and waived.records:
+        stats.append(("waived", len(waived.records)))
     head = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -396,8 +402,10 @@ def render_report(records: list[dict[str, Any]], source: str, files: list[Path] 
            "showed are counted, never judged.</p>" if coverage else "")
     )
     if not groups:
-        body = '<p class="ok">No violations recorded: every checked invariant held.</p>'
-        return head + body + "</main></body></html>\n"
+        held = "every violation was waived" if waived is not None and waived.records else \
+            "every checked invariant held"
+        body = f'<p class="ok">No violations recorded: {held}.</p>'
+        return head + body + waived_html + "</main></body></html>\n"
     summary = '<div class="summary">' + "".join(
         f'<div class="stat"><b>{_e(v)}</b>{_e(k)}</div>' for k, v in stats) + "</div>"
     top = groups[0]
@@ -422,17 +430,23 @@ def render_report(records: list[dict[str, Any]], source: str, files: list[Path] 
     )
     cards = "<h2>Groups, likely root cause first</h2>" + "".join(
         _group_card(i, g) for i, g in enumerate(groups, start=1))
-    return head + summary + headline + plots + cards + "</main></body></html>\n"
+    return head + summary + headline + plots + cards + waived_html + "</main></body></html>\n"
 
 
-def write_report(root: Path, output: Path, skipped: SkippedRecords | None = None) -> tuple[int, int, int, int]:
+def write_report(root: Path, output: Path, skipped: SkippedRecords | None = None, waivers: Any = None,
+                 notes: list[str] | None = None) -> tuple[int, int, int, int]:
     """Read the violations under ``root``, write the report to ``output``; returns the numbers
     of records, distinct violations (a violation reported by several ranks counts once),
-    groups and files. ``skipped``: see ``read_violation_file``."""
+    groups and files, waived violations left out. ``skipped``: see ``read_violation_file``;
+    ``waivers`` (a ``check.waivers.Waivers``): judge every record against it; ``notes``: gets
+    the lines about waived violations and stale waivers."""
     stats: list[dict[str, Any]] = []
     records, files = read_violations(root, stats, skipped)
+    records, waived = split_waived(records, stats, waivers)
+    if notes is not None:
+        notes.extend(waived.notes())
     groups = triage(records)
-    page = render_report(records, str(root), files, groups, coverage_text(stats))
+    page = render_report(records, str(root), files, groups, coverage_text(stats), waived)
     make_output_dir(output.parent)
     output.write_text(page, encoding="utf-8")
     return len(records), sum(g.count for g in groups), len(groups), len(files)

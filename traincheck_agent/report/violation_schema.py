@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traincheck_agent.report.violations import COVERAGE_EVENT
+from traincheck_agent.report.violations import COVERAGE_EVENT, WAIVERS_EVENT
 
 MAX_DEPTH = 32  # records nest 5 levels at most; Python's JSON writer recurses per level
 
@@ -53,6 +53,28 @@ def _coverage_problem(coverage: Any) -> str:
     return ""
 
 
+def _waived_problem(waived: Any) -> str:
+    if not isinstance(waived, dict):
+        return "`waived` is not an object"
+    if not isinstance(waived.get("reason"), str):
+        return "`waived.reason` is not a string"
+    if not _is_int(waived.get("waiver")):
+        return "`waived.waiver` is not an integer"
+    return ""
+
+
+def _waivers_problem(tally: Any) -> str:
+    if not isinstance(tally, dict):
+        return "`waivers` is not an object"
+    entries = tally.get("entries")
+    if not isinstance(entries, list):
+        return "`waivers.entries` is not a list"
+    for entry in entries:
+        if not (isinstance(entry, dict) and _is_int(entry.get("index")) and _is_int(entry.get("matched"))):
+            return "`waivers.entries` holds an entry without an integer index and matched"
+    return ""
+
+
 def record_problem(record: Any) -> str:
     """Why ``record`` is not a violation record we can read, or "" when it is."""
     if not isinstance(record, dict):
@@ -71,6 +93,12 @@ def record_problem(record: Any) -> str:
     ranks = record.get("ranks")
     if ranks is not None and not (isinstance(ranks, list) and all(_is_int(r) for r in ranks)):
         return "`ranks` is not a list of integers"
+    if record.get("waived") is not None:
+        problem = _waived_problem(record["waived"])
+        if problem:
+            return problem
     if record.get("event") == COVERAGE_EVENT:
         return _coverage_problem(record.get("coverage"))
+    if record.get("event") == WAIVERS_EVENT:
+        return _waivers_problem(record.get("waivers"))
     return ""

@@ -73,12 +73,16 @@ def _evidence(violation: dict[str, Any], invariant: Invariant | None) -> dict[st
 
 def violation_record(violation: dict[str, Any], invariant: Invariant | None, *, rank: int,
                      run_id: str | None, host: str | None = None, timestamp_ns: int | None = None,
-                     severity: str = "ERROR", pid: int | None = None) -> dict[str, Any]:
+                     severity: str = "ERROR", pid: int | None = None,
+                     waived: dict[str, Any] | None = None) -> dict[str, Any]:
     """The JSON-able record of one violation (as returned by ``check_offline`` or the online
     checker) of ``invariant``, seen by process ``rank`` of run ``run_id``. ``host``, ``pid`` and
     ``timestamp_ns`` default to this process and now (an offline check passes the traced
-    process's host and pid)."""
+    process's host and pid). ``waived``: the mark of the waiver that covers it
+    (``check.waivers.waived_mark``); the record then carries it and is of severity INFO."""
     ns = time.time_ns() if timestamp_ns is None else int(timestamp_ns)
+    if waived is not None:
+        severity = "INFO"
     severity_text, severity_number = _severity(severity)
     step = violation.get("step")
     message = str(violation.get("message", ""))
@@ -108,6 +112,8 @@ def violation_record(violation: dict[str, Any], invariant: Invariant | None, *, 
     if ranks is not None:
         record["ranks"] = list(ranks)
     record["run_id"] = run_id
+    if waived is not None:
+        record["waived"] = dict(waived)
     record["body"] = message
     record["evidence"] = _evidence(violation, invariant)
 
@@ -127,6 +133,10 @@ def violation_record(violation: dict[str, Any], invariant: Invariant | None, *, 
         attributes["traincheck.ranks"] = list(ranks)
     if run_id is not None:
         attributes["traincheck.run_id"] = run_id
+    if waived is not None:
+        attributes["traincheck.waived"] = True
+        attributes["traincheck.waiver.reason"] = waived.get("reason")
+        attributes["traincheck.waiver.index"] = waived.get("waiver")
     resource = {"service.name": SERVICE_NAME, "host.name": host_name,
                 "process.pid": os.getpid() if pid is None else pid}
     # Also among the attributes: collectors that keep only attributes still see where it ran.
@@ -188,6 +198,8 @@ def format_line(record: dict[str, Any]) -> str:
 
 
 COVERAGE_EVENT = "coverage"  # the ``event`` of the stats record that closes a check's log
+WAIVERS_EVENT = "waivers"  # the ``event`` of the stats record of what each waiver matched
+STATS_EVENTS = (COVERAGE_EVENT, WAIVERS_EVENT)
 
 
 def coverage_record(coverage: dict[str, Any], summary: str, *, rank: int, run_id: str | None,
@@ -211,10 +223,34 @@ def coverage_record(coverage: dict[str, Any], summary: str, *, rank: int, run_id
     }
 
 
+def waivers_record(tally: dict[str, Any], *, rank: int, run_id: str | None,
+                   host: str | None = None) -> dict[str, Any]:
+    """The stats record of the waivers of a check (``event: waivers``): per waiver, how many
+    violations of this rank it matched (``Waivers.tally``). ``traincheck report`` adds them up
+    over the ranks to tell which waivers matched nothing anywhere."""
+    ns = time.time_ns()
+    entries = tally.get("entries") or []
+    waived = sum(e.get("matched", 0) for e in entries if isinstance(e, dict))
+    stale = sum(1 for e in entries if isinstance(e, dict) and not e.get("matched"))
+    body = f"{waived} violations waived; {stale} of {len(entries)} waivers matched nothing on rank {rank}"
+    resource = {"service.name": SERVICE_NAME, "host.name": host if host is not None else _host_name(),
+                "process.pid": os.getpid()}
+    return {
+        "timestamp": iso_utc(ns), "time_unix_nano": ns, "severity": "INFO", "severity_text": "INFO",
+        "severity_number": SEVERITY_NUMBERS["INFO"], "event": WAIVERS_EVENT, "rank": rank, "run_id": run_id,
+        "body": body, "message": body, "waivers": tally,
+        "attributes": {"traincheck.event": WAIVERS_EVENT, "traincheck.rank": rank,
+                       "traincheck.violations_waived": waived, "traincheck.waivers_stale": stale,
+                       **({"traincheck.run_id": run_id} if run_id is not None else {}), **resource},
+        "resource": resource,
+    }
+
+
 class ViolationLog:
     """Appends every violation to ``violations-<rank>.jsonl`` and shows it on ``stream``,
     at most ``stderr_limit`` lines per invariant (the rest are counted, and summarised by
-    :meth:`close`; the file always gets every record).
+    :meth:`close`; the file always gets every record). A waived violation (a record with
+    ``waived``) is written and counted in ``waived``, never shown.
 
     Each line is flushed as it is written so a killed process loses nothing already reported.
     I/O errors never propagate: the first is reported with one warning, the file is given up,
@@ -229,6 +265,7 @@ class ViolationLog:
         self.stream = stream
         self.stderr_limit = stderr_limit
         self.counts: dict[str, int] = {}
+        self.waived: dict[str, int] = {}  # waived violations per invariant
         self._handle: Any = None
         self._file_failed = False
         self._hidden_said: dict[str, int] = {}
@@ -238,6 +275,10 @@ class ViolationLog:
         """Write ``record`` (from :func:`violation_record`) and show it unless rate-limited."""
         with self._lock:
             invariant = str(record.get("invariant", ""))
+            if record.get("waived"):
+                self.waived[invariant] = self.waived.get(invariant, 0) + 1
+                self._write(record)
+                return
             seen = self.counts.get(invariant, 0) + 1
             self.counts[invariant] = seen
             self._write(record)
@@ -297,6 +338,6 @@ class ViolationLog:
             pass
 
 
-__all__ = ["COVERAGE_EVENT", "SERVICE_NAME", "SEVERITY_NUMBERS", "VIOLATIONS_GLOB", "ViolationLog",
-           "coverage_record", "expected_of",
-           "format_line", "iso_utc", "violation_record", "violations_path", "what_happened"]
+__all__ = ["COVERAGE_EVENT", "SERVICE_NAME", "SEVERITY_NUMBERS", "STATS_EVENTS", "VIOLATIONS_GLOB",
+           "WAIVERS_EVENT", "ViolationLog", "coverage_record", "expected_of",
+           "format_line", "iso_utc", "violation_record", "violations_path", "waivers_record", "what_happened"]

@@ -38,6 +38,13 @@ from traincheck_agent.check.requirements import (
     reduce_policy,
     requirements_for,
 )
+from traincheck_agent.check.waivers import (
+    WaiverFileError,
+    Waivers,
+    read_waivers,
+    stale_line,
+    waived_mark,
+)
 from traincheck_agent.errors import TrainCheckViolation, describe_violation
 from traincheck_agent.exception_text import exception_text
 from traincheck_agent.inference import relations
@@ -55,6 +62,8 @@ ABORT_EXIT_STATUS = 86
 CLOSE_TIMEOUT_S = 30.0
 # Errors of the checker (or the log) after which the sink stops feeding it.
 SINK_ERROR_BUDGET = 50
+# Stale waivers named one per line at the end of a run; the rest are counted in one more.
+STALE_LINES = 5
 
 OnError = Callable[[str, BaseException], None]
 # An action runs at a safe point; it returns the exception to raise there, or ends the process.
@@ -83,6 +92,20 @@ def load_invariant_files(paths: Sequence[Path]) -> tuple[list[Invariant], int]:
         for inv in invariants:
             found.setdefault(inv.id, inv)
     return list(found.values()), usable
+
+
+def load_waivers(path: Path | None) -> Waivers | None:
+    """The waivers of TRAINCHECK_WAIVE, or None (after one warning naming the file and the
+    problem) when there is no file or it is bad: then no violation is waived."""
+    if path is None:
+        return None
+    try:
+        return read_waivers(path)
+    except WaiverFileError as exc:
+        warn(f"waivers file {exc}; no violation is waived")
+    except Exception as exc:  # anything the reader did not foresee: still only the waivers are lost
+        warn(f"waivers file {path}: cannot be read ({exception_text(exc)}); no violation is waived")
+    return None
 
 
 class CheckSetup(NamedTuple):
@@ -122,7 +145,7 @@ def prepare_check(settings: Settings, policy: Policy) -> CheckSetup | None:
         debug(f"check mode: recorded by the core probes if seen: {', '.join(not_in_policy)}")
     sink = CheckSink(req.checked, out_dir=settings.out_dir, action=settings.action, run_id=settings.run_id,
                      host=settings.host, on_error=_runtime_error, request_action=_runtime_request_action,
-                     checker=settings.checker)
+                     checker=settings.checker, waivers=load_waivers(settings.waivers_file))
     return CheckSetup(reduced, req.selection(), sink)
 
 
@@ -160,8 +183,10 @@ class CheckSink:
 
     def __init__(self, invariants: Iterable[Invariant], *, out_dir: Path, action: str = "log",
                  run_id: str | None = None, host: str | None = None, on_error: OnError | None = None,
-                 request_action: RequestAction | None = None, checker: str = "thread") -> None:
+                 request_action: RequestAction | None = None, checker: str = "thread",
+                 waivers: Waivers | None = None) -> None:
         self.invariants = list(invariants)
+        self.waivers = waivers  # violations they cover are logged as waived, never acted on
         self.by_id = {inv.id: inv for inv in self.invariants}
         self.out_dir = Path(out_dir)
         self.action = action
@@ -189,6 +214,10 @@ class CheckSink:
         self.fed = 0
         self.violations = 0
         self.violated: dict[str, int] = {}
+        self.waived = 0  # violations a waiver covers (not in ``violations``)
+        self.world_size = 1
+        if self.waivers is not None:
+            self.waivers.matched = {}
         self.records: list[dict[str, Any]] = []  # the first ones, for the summary's triage
         self.acted_on: set[str] = set()
         self.coverage: Any = None  # a Coverage, once closed
@@ -255,6 +284,7 @@ class CheckSink:
                 except Exception as exc:
                     self._error("checker", exc)
             self._log_coverage()
+            self._log_waivers()
             if self.log is not None:
                 try:
                     self.log.close()
@@ -283,6 +313,33 @@ class CheckSink:
         except Exception as exc:
             self._error("violation-log", exc)
 
+    def _log_waivers(self) -> None:
+        """Write what each waiver matched (the ``waivers`` stats record) and say which matched
+        nothing. With several ranks, a waiver may match on another rank only: rank 0 says how
+        many matched nothing here, and ``traincheck report`` adds up the ranks."""
+        waivers = self.waivers
+        if waivers is None or not waivers.entries:
+            return
+        try:
+            if self.log is not None:
+                from traincheck_agent.report.violations import waivers_record
+
+                self.log.stats(waivers_record(waivers.tally(), rank=self.rank, run_id=self.run_id, host=self.host))
+            stale = waivers.stale()
+            if not stale:
+                return
+            if self.world_size > 1:
+                if self.rank == 0:
+                    say(f"{len(stale)} of {len(waivers.entries)} waivers of {waivers.path} matched nothing on "
+                        f"rank 0; `traincheck report {self.out_dir}` tells which matched on no rank")
+                return
+            for waiver in stale[:STALE_LINES]:
+                say(stale_line(waiver, waivers.path))
+            if len(stale) > STALE_LINES:
+                say(f"{len(stale) - STALE_LINES} more waivers of {waivers.path} matched nothing in this run")
+        except Exception as exc:
+            self._error("violation-log", exc)
+
     def after_fork(self) -> None:
         """A forked child checks its own records from its own header on, in its own thread."""
         if self.process is not None:
@@ -300,6 +357,8 @@ class CheckSink:
             raise ValueError(f"the first record is a {header.get('kind')!r} record, not the header")
         rank = header.get("rank")
         self.rank = rank if isinstance(rank, int) else 0
+        world = header.get("world_size")
+        self.world_size = world if isinstance(world, int) and world > 0 else 1
         self.log = ViolationLog(self.out_dir, self.rank)
         # A header written before the process group came up may not know this process's rank.
         self._rank_unsettled = not (isinstance(header.get("world_size"), int) and header["world_size"] > 1)
@@ -318,7 +377,8 @@ class CheckSink:
             if record.get("kind") == "process" and isinstance(record.get("world_size"), int) \
                     and record["world_size"] > 1 and isinstance(record.get("rank"), int):
                 self._rank_unsettled = False
-                if record["rank"] != self.rank and not self.log.counts:
+                self.world_size = record["world_size"]
+                if record["rank"] != self.rank and not self.log.counts and not self.log.waived:
                     from traincheck_agent.report.violations import ViolationLog
 
                     self.rank = record["rank"]
@@ -382,6 +442,14 @@ class CheckSink:
     def _report(self, violation: dict[str, Any]) -> None:
         invariant_id = str(violation.get("invariant") or "")
         try:
+            waiver = self.waivers.match(violation) if self.waivers is not None else None
+        except Exception as exc:
+            waiver = None
+            self._error("violation-log", exc)
+        if waiver is not None and self.waivers is not None:
+            self._report_waived(violation, waived_mark(waiver, self.waivers.path))
+            return
+        try:
             from traincheck_agent.report.violations import violation_record
 
             self.violations += 1
@@ -402,6 +470,18 @@ class CheckSink:
                 and self.request_action is not None:
             self.acted_on.add(invariant_id)  # each invariant stops the training once
             self.request_action(self._action_for(dict(violation)))
+
+    def _report_waived(self, violation: dict[str, Any], mark: dict[str, Any]) -> None:
+        """A violation a waiver covers: counted and logged as waived; no stderr line, no action."""
+        try:
+            from traincheck_agent.report.violations import violation_record
+
+            self.waived += 1
+            record = violation_record(violation, self.by_id.get(str(violation.get("invariant") or "")),
+                                      rank=self.rank, run_id=self.run_id, host=self.host, waived=mark)
+            self.log.report(record)
+        except Exception as exc:
+            self._error("violation-log", exc)
 
     def _action_for(self, violation: dict[str, Any]) -> Action:
         if self.action == "raise":
@@ -441,7 +521,7 @@ class CheckSink:
                     f"{self.violations} violations found before")
         covered = self.coverage.summary(self.by_id) if self.coverage is not None else ""
         covered = f"; {covered}" if covered else ""
-        for note in (self._single_process_note(), self._boundary_note()):
+        for note in (self._single_process_note(), self._boundary_note(), self._waived_note()):
             if note:
                 covered += f"; {note}"
         if not self.violations:
@@ -452,6 +532,13 @@ class CheckSink:
         return (f"check summary (rank {self.rank}): {self.violations} violations of "
                 f"{len(self.violated)} invariants ({top}); {checked}{covered}"
                 + (f"; details in {where}" if where else "") + self._likely_cause())
+
+    def _waived_note(self) -> str:
+        if self.waivers is None:
+            return ""
+        stale = len(self.waivers.stale()) if self.waivers.entries else 0
+        note = f"{self.waived} violations waived ({self.waivers.path})"
+        return note + (f", {stale} waivers matched nothing" if stale else "")
 
     @staticmethod
     def _boundary_note() -> str:
