@@ -26,6 +26,7 @@ import orjson
 
 from traincheck_agent.messages import PREFIX, warn
 from traincheck_agent.output_files import make_output_dir, open_append
+from traincheck_agent.report.log_bridge import log_violation
 from traincheck_agent.terminal_text import visible, write_line
 
 if TYPE_CHECKING:
@@ -214,7 +215,8 @@ def coverage_record(coverage: dict[str, Any], summary: str, *, rank: int, run_id
 class ViolationLog:
     """Appends every violation to ``violations-<rank>.jsonl`` and shows it on ``stream``,
     at most ``stderr_limit`` lines per invariant (the rest are counted, and summarised by
-    :meth:`close`; the file always gets every record).
+    :meth:`close`; the file always gets every record). Every violation also goes to the
+    ``traincheck`` logger when it has a handler (``log_bridge``).
 
     Each line is flushed as it is written so a killed process loses nothing already reported.
     I/O errors never propagate: the first is reported with one warning, the file is given up,
@@ -247,6 +249,7 @@ class ViolationLog:
                 except Exception:  # a malformed record must not break training
                     line = f"{PREFIX} violation of {invariant}"
                 self._say(line)
+        log_violation(record, format_line)  # outside the lock: a handler may take its time
 
     def stats(self, record: dict[str, Any]) -> None:
         """Write a stats record (``coverage_record``) to the file only."""
