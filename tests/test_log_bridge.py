@@ -166,3 +166,15 @@ def test_a_violation_log_without_any_handler_never_reaches_the_last_resort(tmp_p
         log.report(_record(1))
         log.close()
     assert capsys.readouterr().err == ""
+
+
+def test_a_record_that_cannot_be_described_still_reaches_the_handlers(attached):
+    from traincheck_agent.report.log_bridge import log_violation
+
+    def undescribable(record: dict) -> str:
+        raise KeyError("message")
+
+    handler = attached(Collecting())
+    log_violation({"invariant": "st-\x1b[31m1", "step": 3}, undescribable)
+    [got] = handler.records
+    assert got.getMessage() == "violation of st-\\x1b[31m1" and got.traincheck["step"] == 3  # type: ignore[attr-defined]

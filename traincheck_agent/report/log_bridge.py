@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from traincheck_agent.messages import PREFIX, warn_once
+from traincheck_agent.terminal_text import visible
 
 LOGGER_NAME = "traincheck"
 
@@ -43,7 +44,7 @@ def log_violation(record: dict[str, Any], describe: Callable[[dict[str, Any]], s
         logger = logging.getLogger(LOGGER_NAME)
         level = logging.INFO if record.get("waived") is True else logging.WARNING
         if logger.isEnabledFor(level) and logger.hasHandlers():
-            logger.log(level, _message(describe(record)), extra={"traincheck": record})
+            logger.log(level, _message(record, describe), extra={"traincheck": record})
     except Exception as exc:  # a handler's fault must not reach the training script
         warn_once("log-bridge", f"a handler of the {LOGGER_NAME!r} logger failed on a violation "
                                 f"({type(exc).__name__}); the violations log and stderr are unaffected")
@@ -51,7 +52,11 @@ def log_violation(record: dict[str, Any], describe: Callable[[dict[str, Any]], s
         _inside.active = False
 
 
-def _message(line: str) -> str:
+def _message(record: dict[str, Any], describe: Callable[[dict[str, Any]], str]) -> str:
+    try:
+        line = describe(record)
+    except Exception:  # a malformed record still reaches the handlers, with a plainer line
+        return visible(f"violation of {record.get('invariant')}")
     prefix = f"{PREFIX} "
     return line[len(prefix):] if line.startswith(prefix) else line
 
