@@ -340,6 +340,19 @@ def test_triage_ranks_earliest_then_state_then_support_deterministically():
     assert len(groups) == 4
 
 
+def test_triage_puts_what_was_seen_before_a_call_ahead_of_what_was_seen_after_it():
+    """Grads clipped on one rank only: at the same step, with the same support, the grads that
+    differ before ``optimizer.step`` are the cause, the data that differs after it the effect
+    (sorting the points by name would put ``after:`` first)."""
+    def drift(point: str, attribute: str) -> dict:
+        record = _record(2, f"cr-{attribute}-{point}", "CrossRankConsistent", variable="fc.weight", support=24)
+        record["evidence"]["subject"] = {"event": point, "attribute": attribute}
+        return record
+
+    groups = triage([drift("after:optimizer.step", "data"), drift("before:optimizer.step", "grad")])
+    assert [g.subject for g in groups] == ["before:optimizer.step", "after:optimizer.step"]
+
+
 def test_triage_deduplicates_and_keeps_sampled_steps_together():
     twice = [_record(0), _record(0)]
     assert triage(twice)[0].count == 1

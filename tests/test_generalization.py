@@ -398,6 +398,35 @@ def _applied(records: list[dict]) -> list[tuple[int, bool]]:
     return [(e.step, e.applied) for e in out]
 
 
+def test_data_left_zero_by_a_step_at_a_zero_learning_rate_is_undecided():
+    """A warm-up from a learning rate of zero (the HF Trainer's linear schedule) leaves a bias
+    initialised to zero at zero after its first step: that says nothing about "the step leaves
+    the data non-zero", while the same at a normal rate breaks it."""
+    from traincheck_agent.inference.examples import TransitionCollector
+    from traincheck_agent.inference.relations import state_transition
+    from traincheck_agent.inference.stream import TraceSource
+
+    def first_step(lr: float) -> list:
+        zero, grad = {"h": "z", "amax": 0.0, "zero": True}, {"h": "g", "amax": 0.5}
+        records = [
+            {"kind": "state", "where": "before:optimizer.step", "var": "fc.bias", "step": 0, "call": 2,
+             "vtype": "Parameter", "phase": "train", "attrs": {"dtype": "float32", "data": zero, "grad": grad}},
+            {"kind": "state", "where": "after:optimizer.step", "var": "fc.bias", "step": 0, "call": 2,
+             "vtype": "Parameter", "phase": "train", "attrs": {"dtype": "float32", "data": zero, "grad": grad}},
+            {"kind": "state", "where": "after:optimizer.step", "var": "optimizer.param_groups.0", "step": 0,
+             "call": 2, "vtype": "param_group", "owner": "optimizer", "attrs": {"lr": lr}},
+        ]
+        collector = TransitionCollector(TraceSource("t", "run", 0))
+        return [e for r in records for e in collector.feed(r)] + collector.finish()
+
+    invariant = Invariant(relation="StateTransition", subject={"event": "optimizer.step", "attribute": "data",
+                                                               "effect": "becomes_nonzero"}, precondition=())
+    [at_zero] = [e for e in first_step(0.0) if e.attribute == "data"]
+    [at_normal] = [e for e in first_step(1e-3) if e.attribute == "data"]
+    assert not state_transition.violates(invariant, at_zero)
+    assert state_transition.violates(invariant, at_normal)
+
+
 def test_a_step_whose_learning_rate_is_too_small_to_show_is_undecided():
     """A schedule that ends near zero leaves the data bit-identical: not a grad left unapplied.
     The same unchanged data at a normal learning rate is, from the second step at that rate on

@@ -27,6 +27,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--out", required=True, help="the Trainer's output directory (nothing is saved)")
+    parser.add_argument("--accumulate", type=int, default=1, help="gradient accumulation steps")
+    parser.add_argument("--warmup", type=int, default=0, help="warm-up steps of the linear schedule")
+    parser.add_argument("--max-grad-norm", type=float, default=1.0, help="0 = no clipping")
     parser.add_argument("--bug", choices=["none", "optimizer-over-blocks"], default="none")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
@@ -36,7 +39,9 @@ def main() -> None:
         optimizers = (torch.optim.AdamW(model.transformer.h.parameters(), lr=args.lr), None)
     training = TrainingArguments(output_dir=args.out, max_steps=args.steps, per_device_train_batch_size=4,
                                  learning_rate=args.lr, logging_steps=100, save_strategy="no", report_to=[],
-                                 use_cpu=True, seed=args.seed, dataloader_num_workers=0, disable_tqdm=True)
+                                 use_cpu=True, seed=args.seed,
+                                 gradient_accumulation_steps=args.accumulate, warmup_steps=args.warmup,
+                                 max_grad_norm=args.max_grad_norm, dataloader_num_workers=0, disable_tqdm=True)
     Trainer(model=model, args=training, train_dataset=Tokens(64, args.seed), optimizers=optimizers).train()
 
 

@@ -1,7 +1,9 @@
 """A 2-rank DDP run whose script starts its own ranks with torch.multiprocessing.spawn (no
 launcher variables). ``--bug dtype-roundtrip`` casts the wrapped model to half and back after
 DDP wrapped it: the parameters are new tensors that DDP's hooks no longer reduce, so the
-replicas drift apart from the first step."""
+replicas drift apart from the first step. ``--bug clip-on-rank0`` clips the grads on rank 0 only
+from step ``--bug-from`` on, after DDP averaged them: the ranks step with different grads and
+their replicas drift apart (the shape of the BLOOM-176B fault)."""
 
 import argparse
 import json
@@ -27,12 +29,14 @@ def train(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(1000 * rank + args.seed)  # each rank its own batches
     losses = []
-    for _ in range(args.steps):
+    for step in range(args.steps):
         x = torch.randn(8, 6, generator=gen)
         y = x.sum(dim=1, keepdim=True)
         optimizer.zero_grad()
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()
+        if args.bug == "clip-on-rank0" and rank == 0 and step >= args.bug_from:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.01)
         optimizer.step()
         losses.append(loss.item())
     sys.stdout.write(json.dumps({"rank": rank, "losses": losses}) + "\n")
@@ -44,7 +48,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--bug", choices=["none", "dtype-roundtrip"], default="none")
+    parser.add_argument("--bug", choices=["none", "dtype-roundtrip", "clip-on-rank0"], default="none")
+    parser.add_argument("--bug-from", type=int, default=0, help="the first step of clip-on-rank0")
     args = parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

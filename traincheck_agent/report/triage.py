@@ -17,7 +17,8 @@ region, a step taken in eval mode) come first, then invariants about state (what
 the parameters), then those about call order or arguments, since a state invariant names the
 tensors that went wrong while an ordering invariant often only shows the symptom (each relation
 module says which kind it is, ``TRIAGE_KIND``); then the invariant with the most support in the
-clean runs. The order is deterministic.
+clean runs; then, for the same relation and call, what was seen before the call ahead of what
+was seen after it. The order is deterministic.
 """
 
 from __future__ import annotations
@@ -243,7 +244,17 @@ def _group(relation: str, subject: str, records: list[dict[str, Any]],
 def _rank_key(group: Group) -> tuple:
     first = group.first_step
     return (first is None, first if first is not None else 0, _KIND_ORDER[group.kind],
-            -group.support, group.relation, group.subject, group.pattern, group.key)
+            -group.support, group.relation, _moment(group.subject), group.pattern, group.key)
+
+
+def _moment(subject: str) -> tuple[str, int, str]:
+    """Sorts a snapshot point ``before:<event>`` ahead of ``after:<event>``: of two equally
+    supported groups broken at the same step, the state seen before a call went wrong first (grads
+    that differ across ranks before ``optimizer.step`` come before the data that differs after)."""
+    when, _, event = subject.partition(":")
+    if event and when in ("before", "after"):
+        return event, 0 if when == "before" else 1, subject
+    return subject, 0, subject
 
 
 def _reason(group: Group, position: int, earliest: int | None) -> str:

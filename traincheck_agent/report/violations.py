@@ -26,6 +26,7 @@ import orjson
 
 from traincheck_agent.messages import PREFIX, warn
 from traincheck_agent.output_files import make_output_dir, open_append
+from traincheck_agent.report.log_bridge import log_violation
 from traincheck_agent.terminal_text import visible, write_line
 
 if TYPE_CHECKING:
@@ -250,7 +251,9 @@ class ViolationLog:
     """Appends every violation to ``violations-<rank>.jsonl`` and shows it on ``stream``,
     at most ``stderr_limit`` lines per invariant (the rest are counted, and summarised by
     :meth:`close`; the file always gets every record). A waived violation (a record with
-    ``waived``) is written and counted in ``waived``, never shown.
+    ``waived``) is written and counted in ``waived``, never shown. What is shown, and waived
+    violations under the same per-invariant limit, also goes to the ``traincheck`` logger when it
+    has a handler (``log_bridge``): a script that logs to its console is not flooded.
 
     Each line is flushed as it is written so a killed process loses nothing already reported.
     I/O errors never propagate: the first is reported with one warning, the file is given up,
@@ -275,19 +278,20 @@ class ViolationLog:
         """Write ``record`` (from :func:`violation_record`) and show it unless rate-limited."""
         with self._lock:
             invariant = str(record.get("invariant", ""))
-            if record.get("waived"):
-                self.waived[invariant] = self.waived.get(invariant, 0) + 1
-                self._write(record)
-                return
-            seen = self.counts.get(invariant, 0) + 1
-            self.counts[invariant] = seen
+            waived = bool(record.get("waived"))
+            tally = self.waived if waived else self.counts
+            seen = tally.get(invariant, 0) + 1
+            tally[invariant] = seen
             self._write(record)
-            if seen <= self.stderr_limit:
+            shown = seen <= self.stderr_limit
+            if shown and not waived:
                 try:
                     line = format_line(record)
                 except Exception:  # a malformed record must not break training
                     line = f"{PREFIX} violation of {invariant}"
                 self._say(line)
+        if shown:
+            log_violation(record, format_line)  # outside the lock: a handler may take its time
 
     def stats(self, record: dict[str, Any]) -> None:
         """Write a stats record (``coverage_record``) to the file only."""

@@ -60,14 +60,21 @@ class Effect(NamedTuple):
     undecided: Callable[[TransitionExample], bool] = lambda e: False
 
 
+def _update_rounded_away(e: TransitionExample) -> bool:
+    """The data did not change, but the update was too small to show (a learning rate of zero
+    at the start of a warm-up, a grad below the data's resolution): the example cannot tell
+    whether the call would have moved the data into another class either."""
+    return e.attribute == "data" and e.update_negligible and not e.changed
+
+
 EFFECTS = (
-    Effect("changed", lambda e: e.changed, "changes the {attr}",
-           undecided=lambda e: e.attribute == "data" and e.update_negligible and not e.changed),
+    Effect("changed", lambda e: e.changed, "changes the {attr}", undecided=_update_rounded_away),
     Effect("unchanged", lambda e: not e.changed, "does not change the {attr}"),
     Effect("becomes_none_or_zero", lambda e: e.after_class in (NONE, ZERO), "leaves the {attr} None or zero",
-           frozenset({NONE, ZERO})),
+           frozenset({NONE, ZERO}), undecided=_update_rounded_away),
     Effect("becomes_nonzero", lambda e: e.after_class == NONZERO, "leaves the {attr} non-zero",
-           frozenset({NONZERO}), undecided=lambda e: e.rounding_grad and e.attribute == "grad"),
+           frozenset({NONZERO}),
+           undecided=lambda e: (e.rounding_grad and e.attribute == "grad") or _update_rounded_away(e)),
     Effect("stays_finite", lambda e: e.after_class != NONFINITE, "leaves the {attr} finite (no NaN/Inf)"),
     Effect("finds_none_or_zero", lambda e: e.before_class in (NONE, ZERO),
            "finds the {attr} None or zero when it starts", about_before=True),
@@ -80,6 +87,9 @@ SCOPE_FEATURES = ("first_in_step",)
 # bfloat16, or one a tensor-parallel layout splits, is outside an invariant learned without).
 DOMAIN_FIELDS = ("vtype", "phase", *DESCRIPTIVE_ATTRS)
 EFFECTS_BY_NAME = {e.name: e for e in EFFECTS}
+# Effects on the data that an update too small to show leaves undecided: their checks need the
+# grad before the call and the learning rate the step used.
+JUDGED_AGAINST_UPDATE_SIZE = ("changed", "becomes_none_or_zero", "becomes_nonzero")
 
 
 def _describe(event: str, attribute: str, effect: Effect) -> str:
@@ -173,7 +183,7 @@ def needs(req: Needs, inv: Invariant) -> None:
     # Preconditions read the class of other attributes before the call; a data update is judged
     # against the grad's magnitude before it (an update below the data's resolution is undecided).
     extra = {c.field.split(".", 1)[1] for c in inv.precondition if c.field.startswith("before.")}
-    if attribute == "data" and inv.subject.get("effect") == "changed":
+    if attribute == "data" and inv.subject.get("effect") in JUDGED_AGAINST_UPDATE_SIZE:
         extra.add("grad")
         if event == "optimizer.step":  # and the learning rate the step used (its param groups)
             req.need_state(after, ["optimizer.hyperparams"])
