@@ -1,6 +1,7 @@
 """A tiny MLP trained on synthetic data; options select the variants the tests need."""
 
 import argparse
+import functools
 import json
 
 import torch
@@ -17,6 +18,16 @@ class MLP(nn.Module):
         return self.head(self.backbone(x))
 
 
+def closure_iteration(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+                      bug: str) -> torch.Tensor:
+    """One iteration's work, as the closure that ``optimizer.step(closure)`` evaluates."""
+    if bug != "no-zero-grad":
+        optimizer.zero_grad()
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    return loss
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=6)
@@ -25,7 +36,12 @@ def main() -> None:
     parser.add_argument("--sleep-per-step", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--lr", type=float, default=1e-2)
-    parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    parser.add_argument("--optimizer", choices=["adam", "sgd", "lbfgs"], default="adam",
+                        help="lbfgs: evaluates the closure up to --lbfgs-iters times per step")
+    parser.add_argument("--closure", action="store_true",
+                        help="run each iteration in a closure given to optimizer.step (implied by lbfgs; "
+                             "no accumulation, no clipping)")
+    parser.add_argument("--lbfgs-iters", type=int, default=3)
     parser.add_argument("--bug", choices=["none", "optimizer-over-frozen", "no-zero-grad", "double-init",
                                           "double-init-data"],
                         default="none")
@@ -61,7 +77,9 @@ def main() -> None:
             p.requires_grad_(False)
     # The bug: the optimizer gets the frozen backbone instead of the trainable head.
     trained = model.backbone if args.bug == "optimizer-over-frozen" else model.head if args.freeze_backbone else model
-    if args.optimizer == "sgd" or args.freeze_backbone:
+    if args.optimizer == "lbfgs":
+        optimizer = torch.optim.LBFGS(trained.parameters(), lr=args.lr * 50, max_iter=args.lbfgs_iters)
+    elif args.optimizer == "sgd" or args.freeze_backbone:
         optimizer = torch.optim.SGD(trained.parameters(), lr=args.lr * 10)
     else:
         optimizer = torch.optim.Adam(trained.parameters(), lr=args.lr)
@@ -76,6 +94,12 @@ def main() -> None:
         if step == args.raise_at:
             raise KeyError(f"user error at step {step}")
         model.train()
+        if args.closure or args.optimizer == "lbfgs":
+            # A partial, not a lambda: a lambda would make main's locals cells, which changes the
+            # names the agent finds for the model in this frame.
+            loss = optimizer.step(functools.partial(closure_iteration, model, optimizer, x, y, args.bug))
+            losses.append(loss.item())
+            continue
         if args.bug != "no-zero-grad":
             optimizer.zero_grad(set_to_none=not args.grads_to_zero)
         for micro in range(args.accumulate):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from traincheck_agent.inference.stream import Collector, TraceSource
-from traincheck_agent.trace.schema import KIND_STATE
+from traincheck_agent.trace.schema import CLOSURE_CALLS, KIND_STATE
 
 # Attributes whose values are fingerprints (or None).
 TENSOR_ATTRS = ("data", "grad")
@@ -272,9 +272,13 @@ class TransitionCollector(Collector):
         self.seen_in_step.add(occurrence)
         features = _features(record, before, first_in_step)
         negligible = update_negligible(before)
+        # A step that evaluated its closure again (L-BFGS) ends with the grads of that closure's
+        # last backward: what the step itself did to the grad cannot be told.
+        evaluations = record.get(CLOSURE_CALLS)
+        regraded = event == "optimizer.step" and isinstance(evaluations, int) and evaluations > 1
         out = []
         for attribute in TENSOR_ATTRS:
-            if attribute not in attrs or attribute not in before:
+            if attribute not in attrs or attribute not in before or (regraded and attribute == "grad"):
                 continue
             b, a = before[attribute], attrs[attribute]
             out.append(TransitionExample(

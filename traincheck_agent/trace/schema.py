@@ -14,13 +14,17 @@ A trace is one JSON-lines file per process. Every line is one JSON object with a
 ``call``
     one API call, written when it returns: ``id``, ``parent`` (id of the enclosing recorded call
     or null), ``thread``, ``api``, ``step``, ``phase``, ``t0_ns``, ``t1_ns``, ``args``
-    (name -> descriptor), ``ret`` (descriptor), ``exc`` (exception type name or null).
+    (name -> descriptor), ``ret`` (descriptor), ``exc`` (exception type name or null), ``ctx``
+    (non-default context: ``grad``, ``autocast``, ``in_init``, ``closure`` for an optimizer
+    step given a closure that runs the iteration's forward and backward).
 ``state``
     one variable's state at a point of training: ``var`` (``model.fc1.weight``), ``vtype``,
     ``owner`` (model or optimizer name), ``where`` (``before:optimizer.step`` ...), ``call``
     (id of the call it was taken around, or null), ``step``, ``phase``, ``t_ns`` and
     ``attrs``: ``data`` / ``grad`` fingerprints, ``dtype``, ``shape``, ``device``,
-    ``requires_grad`` and framework attributes such as ``tensor_model_parallel``.
+    ``requires_grad`` and framework attributes such as ``tensor_model_parallel``. The snapshots
+    of an optimizer step given a closure carry ``closure_calls``: its ``before`` one is taken
+    when the closure first returns (1), its ``after`` one counts every evaluation.
 ``groups``
     this rank's process groups, written when they change (``step``, ``t_ns``, ``groups``: a
     list of ``{"ranks": [global ranks], "family": "size2/stride1", "name": ..., "desc": ...}``,
@@ -57,6 +61,8 @@ KIND_CALL = "call"
 KIND_STATE = "state"
 KIND_GROUPS = "groups"
 KIND_NOTE = "note"
+
+CLOSURE_CALLS = "closure_calls"  # state records of a step given a closure: its evaluations so far
 
 KINDS = (KIND_HEADER, KIND_PROCESS, KIND_CALL, KIND_STATE, KIND_GROUPS, KIND_NOTE)
 
@@ -134,6 +140,7 @@ class CallRecord(_CallOptional):
 class _StateOptional(TypedDict, total=False):
     owner: str  # model or optimizer name, where one is known
     grad_sync: bool  # False inside DDP's no_sync
+    closure_calls: int  # an optimizer step given a closure: how often it had evaluated it
 
 
 class StateRecord(_StateOptional):

@@ -23,6 +23,7 @@ from traincheck_agent.agent.record.compiled_regions import is_compiled_module, w
 from traincheck_agent.agent.record.descriptors import note_parameter
 from traincheck_agent.agent.record.model_registry import add_wrapper_classes
 from traincheck_agent.agent.record.naming import first_user_frame
+from traincheck_agent.agent.record.step_closure import ClosureWatch, closure_argument
 from traincheck_agent.fingerprint import fingerprint_tensors
 from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY
 from traincheck_agent.trace.schema import KIND_NOTE
@@ -35,6 +36,12 @@ def _enter(kind: str) -> bool:
     depth = getattr(_depths, kind, 0)
     setattr(_depths, kind, depth + 1)
     return depth == 0
+
+
+def _open_calls(kind: str) -> int:
+    """How many calls of ``kind`` are open on this thread."""
+    depth: int = getattr(_depths, kind, 0)
+    return depth
 
 
 def _leave(kind: str) -> bool:
@@ -132,22 +139,34 @@ def leave_skippable() -> bool:
     return bool(stack) and stack.pop()
 
 
-def begin_training_step(ctx: CallContext, **scope: Any) -> None:
+def begin_training_step(ctx: CallContext, closure: Callable[..., Any] | None = None, **scope: Any) -> None:
     """The start of a training step (an optimizer's step, a DeepSpeed engine's): the ``before``
-    snapshots of ``scope`` (``optimizer=`` or ``module=``) if it is the outermost one."""
+    snapshots of ``scope`` (``optimizer=`` or ``module=``) if it is the outermost one. A step
+    given a ``closure`` runs the iteration's forward and backward inside it: its ``before``
+    snapshots wait until the closure first returns (``step_closure``)."""
     outermost = _enter("optimizer_steps")
     rt = runtime.active()
     rt.clock.start_training()
-    if outermost:
+    if not outermost:
+        return
+    if closure is None:
         rt.probe.snapshot("before", "optimizer.step", ctx.call_id, **scope)
+        return
+    watch = ClosureWatch(ctx.call_id, scope)
+    ctx.hook_state = watch
+    ctx.context = {"closure": True}
+    ctx.call_args = watch.arguments(ctx.args, ctx.kwargs, closure)
 
 
 def end_training_step(ctx: CallContext, **scope: Any) -> None:
     """Its end: the ``after`` snapshots, and the step clock advances."""
     if not _leave("optimizer_steps") or ctx.exc is not None:
+        if isinstance(ctx.hook_state, ClosureWatch):
+            ctx.hook_state.close()
         return
     rt = runtime.active()
-    rt.probe.snapshot("after", "optimizer.step", ctx.call_id, **scope)
+    extra = ctx.hook_state.close() if isinstance(ctx.hook_state, ClosureWatch) else None
+    rt.probe.snapshot("after", "optimizer.step", ctx.call_id, extra=extra, **scope)
     rt.clock.optimizer_step_finished(ctx.instance)
 
 
@@ -155,7 +174,7 @@ def _step_before(ctx: CallContext) -> None:
     if enter_skippable(_skips_update(ctx.instance)):
         return  # a micro-step: no update, no snapshots, the step clock stays
     _name_optimizer(ctx.instance)
-    begin_training_step(ctx, optimizer=ctx.instance)
+    begin_training_step(ctx, closure_argument(ctx.args, ctx.kwargs), optimizer=ctx.instance)
 
 
 def _step_after(ctx: CallContext) -> None:
@@ -271,8 +290,8 @@ def _manual_boundary(rt: Any) -> None:
     updated by hand since the last backward, finish that backward's step now (this call is the
     next step's), and say once which boundary the steps follow."""
     clock = rt.clock
-    if not clock.awaits_manual_update:
-        return
+    if not clock.awaits_manual_update or _open_calls("optimizer_steps"):
+        return  # inside an optimizer step (its closure), updates are the optimizer's
     first = not clock.counts_manual_updates
     if clock.next_work_begins(_parameter_versions(rt)):
         if first:

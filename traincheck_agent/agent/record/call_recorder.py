@@ -49,7 +49,8 @@ DATA_LOADING_PREFIX = "torch.utils.data."
 class CallContext:
     """What the before/after hooks of a call see."""
 
-    __slots__ = ("call_id", "api", "instance", "args", "kwargs", "result", "exc", "step", "record")
+    __slots__ = ("call_id", "api", "instance", "args", "kwargs", "result", "exc", "step", "record",
+                 "call_args", "context", "hook_state")
 
     def __init__(self, call_id: int, api: str, instance: Any, args: tuple, kwargs: dict, step: int) -> None:
         self.call_id = call_id
@@ -61,6 +62,12 @@ class CallContext:
         self.exc: BaseException | None = None
         self.step = step
         self.record = True  # a ``before`` hook may turn recording of this call off
+        # A ``before`` hook may also give the call other arguments that stand for the user's
+        # (a closure that calls the user's unchanged), add to the record's ``ctx``, and keep
+        # what its ``after`` hook needs.
+        self.call_args: tuple[tuple, dict] | None = None
+        self.context: dict[str, Any] | None = None
+        self.hook_state: Any = None
 
 
 def active_context(grad_enabled: bool, accumulating: bool = False) -> dict[str, Any] | None:
@@ -185,6 +192,8 @@ def make_call_wrapper(
                 extra = active_context(grad, rt.registry.accumulating())
                 if state.init_depth:
                     extra = {**(extra or {}), "in_init": True}
+                if ctx.context:
+                    extra = {**(extra or {}), **ctx.context}
                 if extra is not None:
                     record_fields["ctx"] = extra
         except Exception as exc:  # agent fault: the user's call still runs
@@ -194,6 +203,8 @@ def make_call_wrapper(
 
         if ctx is None:
             return wrapped(*args, **kwargs)
+        if ctx.call_args is not None:
+            args, kwargs = ctx.call_args
 
         stack = state.stack
         stack.append(ctx.call_id)
@@ -215,7 +226,7 @@ def make_call_wrapper(
             _epilogue(ctx, record_fields, t0, t1, levels[1] if levels is not None else DESCRIBE_NONE, after)
             # Drop our references at once: an exception's traceback would otherwise keep the
             # context (and the user's tensors in it) alive until the cyclic GC runs.
-            ctx.exc = ctx.result = ctx.args = ctx.kwargs = None  # type: ignore[assignment]  # hooks have run
+            ctx.exc = ctx.result = ctx.args = ctx.kwargs = ctx.call_args = ctx.hook_state = None  # type: ignore[assignment]  # hooks have run
         return result
 
     def _epilogue(ctx: CallContext, fields: dict | None, t0: int, t1: int, level: str, hook: Hook | None) -> None:

@@ -87,18 +87,21 @@ class StateProbe:
         optimizer: torch.optim.Optimizer | None = None,
         module: torch.nn.Module | None = None,
         hyperparams_of: Any = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         """Record the state the policy names at ``when:event``. ``hyperparams_of`` is the
         optimizer whose hyper-parameters and settings are recorded when the parameters are the
-        ``module``'s (a DeepSpeed engine's step). An error here is the agent's: it is counted and
+        ``module``'s (a DeepSpeed engine's step); ``extra`` are fields every record of the
+        snapshot carries (``closure_calls``). An error here is the agent's: it is counted and
         reported (the call around it is still recorded) and never reaches the training."""
         try:
-            self._snapshot(when, event, call_id, optimizer, module, hyperparams_of)
+            self._snapshot(when, event, call_id, optimizer, module, hyperparams_of, extra)
         except Exception as exc:
             runtime.report_agent_error("snapshot", exc)
 
     def _snapshot(self, when: str, event: str, call_id: int | None, optimizer: torch.optim.Optimizer | None,
-                  module: torch.nn.Module | None, hyperparams_of: Any = None) -> None:
+                  module: torch.nn.Module | None, hyperparams_of: Any = None,
+                  extra: dict[str, Any] | None = None) -> None:
         rule = self.wants(when, event)
         if rule is None:
             return
@@ -116,6 +119,8 @@ class StateProbe:
         }
         if event == "backward" and not self.registry.ddp_grad_sync():
             base["grad_sync"] = False  # inside DDP's no_sync: grads stay local to the rank
+        if extra:
+            base.update(extra)
         items = rule.items
         if "params.data" in items or "params.grad" in items:
             self._params(base, items, self._select_params(optimizer, module))

@@ -6,8 +6,11 @@ Two forms, both about framework semantics rather than the order of incidental he
   ``zero_grad`` (or a forward, a backward) in every iteration. Only outermost calls count (the
   ones the training loop makes itself); the interval of step ``s`` holds the outermost calls
   whose ``step`` field is ``s``, and it ends with the call that advanced the step (the last one
-  recorded with ``s``: the clock moves when that call returns). The first interval of a run is
-  not an example: before the first step nothing had to be undone.
+  recorded with ``s``: the clock moves when that call returns). An optimizer step given a
+  closure (``ctx.closure``: PyTorch Lightning, L-BFGS) runs the iteration's work inside it: the
+  calls its closure makes directly (the step's direct children) are the loop's calls of its
+  interval. The first interval of a run is not an example: before the first step nothing had to
+  be undone.
 * ``leads``: the first call of an API with a boolean flag set one way precedes its first call
   with the flag set the other way, per receiver module, e.g. ``compute_weight(module,
   do_power_iteration=True)`` before ``do_power_iteration=False`` (spectral norm evaluated before
@@ -106,6 +109,10 @@ class Collector(StreamCollector):
         self.frozen_used: frozenset[str] = frozenset()  # ``used``, rebuilt only when it grows
         self.trains = False
         self.waiting: list[FirstSighting] = []  # first sightings until the program trains
+        # Per thread, the direct children of each open call, as (API, receiver class): a call is
+        # recorded when it returns, so before its caller, and a step with a closure hands its
+        # children to the interval. Dropped when the thread's outermost call returns.
+        self.children: dict[Any, dict[Any, set[tuple[str, str | None]]]] = {}
 
     def feed(self, record: dict[str, Any]) -> list[Interval | FirstSighting]:
         if record.get("kind") != KIND_CALL:
@@ -131,7 +138,14 @@ class Collector(StreamCollector):
         if self.trains and self.waiting:
             out += self.waiting
             self.waiting = []
-        if record.get("parent") is None and step >= 0:
+        parent = record.get("parent")
+        if parent is not None:
+            open_calls = self.children.setdefault(record.get("thread"), {})
+            open_calls.pop(record.get("id"), None)
+            open_calls.setdefault(parent, set()).add((api, receiver_type if isinstance(receiver_type, str) else None))
+            return out
+        open_calls = self.children.pop(record.get("thread"), {})
+        if step >= 0:
             if self.step is not None and step == self.step + 1:
                 if not self.first_interval:
                     out.append(Interval(self.source.label, self.step, self.last_api, frozenset(self.apis),
@@ -139,9 +153,11 @@ class Collector(StreamCollector):
                 self.first_interval = False
             if step != self.step:
                 self.step, self.apis, self.receivers = step, set(), set()
-            self.apis.add(api)
-            if isinstance(receiver_type, str):
-                self.receivers.add((api, receiver_type))
+            made = open_calls.get(record.get("id"), ()) if (record.get("ctx") or {}).get("closure") else ()
+            for call_api, call_receiver in ((api, receiver_type), *made):
+                self.apis.add(call_api)
+                if isinstance(call_receiver, str):
+                    self.receivers.add((call_api, call_receiver))
             self.last_api = api
         return out
 
