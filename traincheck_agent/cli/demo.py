@@ -74,15 +74,17 @@ def run_check(script: Path, out_dir: Path, inv_file: Path, script_args: list[str
 def show_groups(checked: Path, report: Path) -> int:
     from traincheck_agent.cli.check_cmd import print_groups
     from traincheck_agent.report.html import read_violations, write_report
-    from traincheck_agent.report.triage import triage
+    from traincheck_agent.report.sentences import plural
+    from traincheck_agent.report.triage import judged_counts, triage
 
-    records, _ = read_violations(checked)
+    stats: list[dict] = []
+    records, _ = read_violations(checked, stats)
     if not records:
         print("\nno violation found")
         return 0
     first = min(r["step"] for r in records)
-    print(f"\n{len(records)} violations, the first at step {first}, in {checked}")
-    print_groups(triage(records), sys.stdout, limit=3)
+    print(f"\n{plural(len(records), 'violation')}, the first at step {first}, in {checked}")
+    print_groups(triage(records, judged=judged_counts(stats)), sys.stdout, limit=3)
     write_report(checked, report)
     print(f"\n$ traincheck report {checked} -o {report}\nwrote {report}")
     return 0

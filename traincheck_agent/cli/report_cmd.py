@@ -31,6 +31,7 @@ def add_parser(commands: Any) -> None:
 
 def run_report(args: argparse.Namespace) -> int:
     from traincheck_agent.report.html import SkippedRecords, ViolationFileError, write_report
+    from traincheck_agent.report.sentences import plural
 
     output = args.output
     if output is None:
@@ -45,8 +46,9 @@ def run_report(args: argparse.Namespace) -> int:
     if not files:
         write_line(sys.stdout, f"no violations files under {args.dir}: the report says so -> {output}")
     else:
-        repeated = f" ({records} records)" if records != distinct else ""
-        write_line(sys.stdout, f"{distinct} violations{repeated} in {groups} groups from {files} file(s) -> {output}")
+        repeated = f" ({plural(records, 'record')})" if records != distinct else ""
+        write_line(sys.stdout, f"{plural(distinct, 'violation')}{repeated} in {plural(groups, 'group')} "
+                   f"from {plural(files, 'file')} -> {output}")
     if skipped.count:
         # The report shows the readable records; the status still says the input was bad.
         return fail(f"{skipped.first} ({skipped.count} bad record(s) skipped, the first shown)")
