@@ -156,3 +156,14 @@ def test_the_coverage_of_a_check_counts_what_each_invariant_judged_where_it_brok
     merged.merge(coverage.to_json())
     merged.merge(coverage.to_json())
     assert merged.to_json()["judged"] == {"a": {"t": {"1": 4}}}
+
+
+def test_a_damaged_judged_count_is_refused_with_a_reason():
+    from traincheck_agent.report.violation_schema import record_problem
+
+    good = {"event": "coverage", "coverage": {"judged": {"st-1": {"online": {"1": 6}}}}}
+    assert record_problem(good) == ""
+    bad = {"event": "coverage", "coverage": {"judged": {"st-1": {"online": {"1": "six"}}}}}
+    assert record_problem(bad) == "`coverage.judged` holds a value that is not an object of integers"
+    assert record_problem({"event": "coverage", "coverage": {"judged": [1]}}) == \
+        "`coverage.judged` is not an object of objects"

@@ -50,10 +50,9 @@ def _coverage_problem(coverage: Any) -> str:
         good = _is_int if value_type == "integer" else (lambda v: isinstance(v, str))
         if not all(good(v) for v in counts.values()):
             return f"`coverage.{key}` holds a value that is not a {value_type}"
-    judged = coverage.get("judged")
+    judged = coverage.get("judged")  # {invariant: {trace: {step: count}}}
     if judged is not None:
-        levels = [judged] + [traces for traces in judged.values()] if isinstance(judged, dict) else [judged]
-        if not all(isinstance(level, dict) for level in levels):
+        if not isinstance(judged, dict) or not all(isinstance(traces, dict) for traces in judged.values()):
             return "`coverage.judged` is not an object of objects"
         for traces in judged.values():
             for steps in traces.values():
