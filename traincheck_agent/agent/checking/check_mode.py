@@ -112,7 +112,7 @@ def prepare_check(settings: Settings, policy: Policy) -> CheckSetup | None:
         if reason == SINGLE_PROCESS:
             debug(f"check mode: {len(ids)} cross-rank invariants not checked ({reason})")
         else:
-            warn(f"{len(ids)} invariants skipped, {reason}: {shown}")
+            warn(f"{len(ids)} invariant{'' if len(ids) == 1 else 's'} skipped, {reason}: {shown}")
     if not req.checked:
         warn("no invariant to check online in TRAINCHECK_INV; the agent stays off")
         return None
@@ -435,7 +435,9 @@ class CheckSink:
     def summary(self) -> str:
         """The end-of-run line (without the ``[traincheck]`` prefix): how many violations of how
         many invariants, and where; how many examples were outside the references' domain."""
-        checked = f"{len(self.invariants)} invariants checked"
+        from traincheck_agent.report.sentences import plural
+
+        checked = f"{plural(len(self.invariants), 'invariant')} checked"
         if self.broken:
             return (f"check summary (rank {self.rank}): checking stopped after {self.errors} checker errors; "
                     f"{self.violations} violations found before")
@@ -449,8 +451,6 @@ class CheckSink:
         worst = sorted(self.violated.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
         top = ", ".join(f"{inv} x{n}" for inv, n in worst) + (", ..." if len(self.violated) > 3 else "")
         where = getattr(self.log, "path", None)
-        from traincheck_agent.report.sentences import plural
-
         return (f"check summary (rank {self.rank}): {plural(self.violations, 'violation')} of "
                 f"{plural(len(self.violated), 'invariant')} ({top}); {checked}{covered}"
                 + (f"; details in {where}" if where else "") + self._likely_cause())
