@@ -282,3 +282,14 @@ def torchrun_traces(tmp_path_factory) -> SharedTorchrunTraces:
     """``torchrun_traces("ddp_train.py", "--steps", "6")``: the folder of that run's traces
     (collect mode, ``OMP_NUM_THREADS=1``), collected on first use in the session."""
     return SharedTorchrunTraces(tmp_path_factory.mktemp("torchrun_traces"))
+
+
+def violations_in(path: Path) -> list[dict[str, Any]]:
+    """The violation records of a ``violations-<rank>.jsonl`` file, or of every such file under
+    a folder; the stats records that close a check's log (``event``: coverage, waivers) are left
+    out."""
+    import json
+
+    files = sorted(path.glob("violations-*.jsonl")) if path.is_dir() else [path]
+    lines = [json.loads(line) for f in files for line in f.read_text().splitlines() if line.strip()]
+    return [record for record in lines if "event" not in record]

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, collect_in_process
+from conftest import PIPELINES, collect_in_process, violations_in
 
 from traincheck_agent.cli import main
 from traincheck_agent.inference import relations
@@ -51,7 +51,7 @@ def _copy_of_inv(runs: dict[str, Path], name: str) -> Path:
 
 def _violated(runs: dict[str, Path], traces: Path, inv: Path, out: Path) -> set[str]:
     status = main(["check", str(traces), "-i", str(inv), "--out", str(out)])
-    found = {json.loads(line)["invariant"] for f in out.glob("violations-*.jsonl") for line in f.read_text().splitlines()}
+    found = {record["invariant"] for record in violations_in(out)}
     assert status == (1 if found else 0)
     return found
 

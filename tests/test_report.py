@@ -3,6 +3,7 @@ hand-made records (escaping, several ranks, torn and damaged files)."""
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import re
@@ -70,7 +71,9 @@ def test_report_of_a_real_run(buggy_check, tmp_path):
     out = tmp_path / "report.html"
     proc = traincheck("report", buggy_check, "-o", out)
     assert proc.returncode == 0, proc.stderr
-    records = [json.loads(line) for line in (buggy_check / "violations-0.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in (buggy_check / "violations-0.jsonl").read_text().splitlines()]
+    records = [r for r in lines if r.get("event") != "coverage"]
+    assert len(records) == len(lines) - 1  # and one stats record: the examples judged where it broke
     assert proc.stdout.startswith(f"{len(records)} violations in ")
     page = out.read_text()
     assert page.startswith("<!doctype html>") and page.rstrip().endswith("</html>")
@@ -79,8 +82,12 @@ def test_report_of_a_real_run(buggy_check, tmp_path):
     assert "<style>" in page
     cards = re.findall(r'<article class="card[^"]*" id="group-(\d+)"><h3>(.*?)</h3>', page)
     assert cards and cards[0][0] == "1"
-    assert "StateTransition backward" in cards[0][1]  # stale grads found by backward at step 1
-    assert "APISequence torch.optim.Optimizer.zero_grad" in page
+    # Stale grads found by backward at step 1, on every parameter it judged there: one group.
+    assert "backward found grads left over from an earlier step on 6 of 6 parameters of `model` at step 1" \
+        in html.unescape(cards[0][1])
+    assert '<p class="hint"><b>hint:</b> grads were not cleared before backward' in page
+    assert "<dd>StateTransition backward</dd>" in page and "<dd>APISequence torch.optim.Optimizer.zero_grad</dd>" in page
+    assert '<b>1</b>rank (0)<' in page and "groups)" not in page
     assert "Evidence" in page and "&quot;support&quot;" in page
     assert 'aria-label="violations per step"' in page
 
@@ -122,8 +129,9 @@ def test_report_escapes_text_and_shows_every_rank(tmp_path):
     assert "&lt;script&gt;alert(0)&lt;/script&gt; &amp; more" in page
     assert "rank 0" in page and "rank 1" in page
     # The cross-rank violation seen by both ranks at the same step counts once.
-    assert proc.stdout.startswith("12 violations (13 records) in 2 groups from 2 file(s)")
+    assert proc.stdout.startswith("12 violations (13 records) in 2 groups from 2 files")
     assert "model.blocks.*.ln.weight" in page
+    assert "<b>2</b>ranks (0-1)<" in page
 
 
 def test_torn_last_line_is_skipped(tmp_path):

@@ -70,7 +70,7 @@ def run_check(args: argparse.Namespace) -> int:
     from traincheck_agent.inference.coverage import Coverage
     from traincheck_agent.inference.invariant import InvariantFileError
     from traincheck_agent.output_files import make_output_dir
-    from traincheck_agent.report.triage import triage
+    from traincheck_agent.report.triage import judged_counts, triage
     from traincheck_agent.report.violations import ViolationLog, coverage_record, violation_record
     from traincheck_agent.trace.reader import TraceFormatError, find_trace_files
 
@@ -133,7 +133,7 @@ def run_check(args: argparse.Namespace) -> int:
         else:
             waived += 1
     covered = coverage.summary(invariants)
-    if covered:
+    if covered or coverage.judged.broken:
         rank = min(logs) if logs else rank_of({}, headers)
         header = run_header(rank, {}, headers)
         if rank not in logs:
@@ -154,7 +154,10 @@ def run_check(args: argparse.Namespace) -> int:
     took = time.perf_counter() - started
 
     out = sys.stdout
-    write_line(out, f"checked {len(files)} trace file(s) against {len(invariants)} invariants in {took:.2f} s")
+    from traincheck_agent.report.sentences import plural
+
+    write_line(out, f"checked {plural(len(files), 'trace file')} against {plural(len(invariants), 'invariant')} "
+               f"in {took:.2f} s")
     if covered:
         write_line(out, covered)
     if waivers is not None:
@@ -165,30 +168,43 @@ def run_check(args: argparse.Namespace) -> int:
     if not records:
         write_line(out, "no violations")
         return 0
-    groups = triage(records, invariants)
+    groups = triage(records, invariants, judged_counts([{"rank": 0, "coverage": coverage.to_json()}]))
     files_written = ", ".join(str(log.path) for _, log in sorted(logs.items()))
-    write_line(out, f"{len(records)} violations of {len({r['invariant'] for r in records})} invariants "
-               f"in {len(groups)} groups -> {files_written}")
+    write_line(out, f"{plural(len(records), 'violation')} of "
+               f"{plural(len({r['invariant'] for r in records}), 'invariant')} "
+               f"in {plural(len(groups), 'group')} -> {files_written}")
     print_groups(groups, out)
     return EXIT_VIOLATIONS
 
 
 def print_groups(groups: list[Any], out: TextIO, limit: int = GROUPS_SHOWN) -> None:
-    """The ranked groups, likely root cause first, a few lines each."""
-    from traincheck_agent.report.violations import what_happened
+    """The ranked groups, likely root cause first, a few lines each: the group's sentence, its
+    hint, the variables as patterns with counts, the groups of the same likely cause, and what
+    it is about. A group that shares its hint and steps with an earlier one is shown under it."""
+    from traincheck_agent.report.sentences import plural
 
     write_line(out, "groups, likely root cause first:")
-    for number, group in enumerate(groups[:limit], start=1):
-        steps = (f"step {group.first_step}" if group.first_step == group.last_step
-                 else f"steps {group.first_step}-{group.last_step}")
-        ranks = ",".join(map(str, group.ranks)) or "-"
-        where = group.pattern or ", ".join(a for a in group.apis if a != group.subject)
-        title = f"{group.relation} {group.subject}" + (f": {where}" if where else "")
-        write_line(out, f"{number:3d}. {title}  {steps}, {group.count} violations, ranks {ranks}")
+    shown = 0
+    for number, group in enumerate(groups, start=1):
+        if group.same_cause_as is not None:
+            continue
+        if shown == limit:
+            break
+        shown += 1
+        write_line(out, f"{number:3d}. {group.sentence}")
+        if group.hint:
+            write_line(out, f"     hint: {group.hint}")
+        if group.patterns and len(group.variables) > 1:
+            write_line(out, "     variables: " + ", ".join(f"{p} ({n})" for p, n in group.patterns))
+        for other_number, other in enumerate(groups, start=1):
+            if other.same_cause_as == number:
+                write_line(out, f"     also #{other_number}: {other.sentence} ({other.relation})")
+        ranks = ("rank " if len(group.ranks) == 1 else "ranks ") + (",".join(map(str, group.ranks)) or "-")
+        write_line(out, f"     {plural(group.count, 'violation')}, {ranks}; {group.relation} "
+                   f"{group.subject}; invariant {', '.join(group.invariants)}")
         if group.expected:
             write_line(out, f"     expected: {group.expected}")
-        example = group.example
-        write_line(out, f"     e.g. rank {example.get('rank')} step {example.get('step')}: {what_happened(example)}")
-        write_line(out, f"     invariant {', '.join(group.invariants)}; {group.rank_reason}")
-    if len(groups) > limit:
-        write_line(out, f"... {len(groups) - limit} more groups (traincheck report <out dir> shows all)")
+        write_line(out, f"     {group.rank_reason}")
+    unshown = len([g for g in groups if g.same_cause_as is None]) - shown
+    if unshown > 0:
+        write_line(out, f"... {plural(unshown, 'more group')} (traincheck report <out dir> shows all)")

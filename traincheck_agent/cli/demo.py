@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from traincheck_agent.examples import cnn_train
+from traincheck_agent.report.sentences import plural
 from traincheck_agent.terminal_text import write_line
 from traincheck_agent.trace.summary import format_summary, summarize
 
@@ -49,7 +50,7 @@ def run_demo(out_dir: Path, steps: int) -> int:
     inv_file = out_dir / "invariants.json"
     write_invariants(invariants, inv_file, [str(f) for f in files])
     print(f"\n$ traincheck infer {reference} -o {inv_file}")
-    print(f"{len(invariants)} invariants learned, for example:")
+    print(f"{plural(len(invariants), 'invariant')} learned, for example:")
     # State invariants first: they say what training does; output dtypes are the long tail.
     for inv in sorted(invariants, key=lambda i: (i.relation != "StateTransition", "finite" in i.description, i.id))[:6]:
         write_line(sys.stdout, f"  {inv.id}  {inv.description}")
@@ -74,15 +75,16 @@ def run_check(script: Path, out_dir: Path, inv_file: Path, script_args: list[str
 def show_groups(checked: Path, report: Path) -> int:
     from traincheck_agent.cli.check_cmd import print_groups
     from traincheck_agent.report.html import read_violations, write_report
-    from traincheck_agent.report.triage import triage
+    from traincheck_agent.report.triage import judged_counts, triage
 
-    records, _ = read_violations(checked)
+    stats: list[dict] = []
+    records, _ = read_violations(checked, stats)
     if not records:
         print("\nno violation found")
         return 0
     first = min(r["step"] for r in records)
-    print(f"\n{len(records)} violations, the first at step {first}, in {checked}")
-    print_groups(triage(records), sys.stdout, limit=3)
+    print(f"\n{plural(len(records), 'violation')}, the first at step {first}, in {checked}")
+    print_groups(triage(records, judged=judged_counts(stats)), sys.stdout, limit=3)
     write_report(checked, report)
     print(f"\n$ traincheck report {checked} -o {report}\nwrote {report}")
     return 0

@@ -35,6 +35,7 @@ def add_parser(commands: Any) -> None:
 def run_report(args: argparse.Namespace) -> int:
     from traincheck_agent.check.waivers import WaiverFileError, read_waivers
     from traincheck_agent.report.html import SkippedRecords, ViolationFileError, write_report
+    from traincheck_agent.report.sentences import plural
 
     try:
         waivers = read_waivers(args.waive) if args.waive is not None else None
@@ -54,8 +55,9 @@ def run_report(args: argparse.Namespace) -> int:
     if not files:
         write_line(sys.stdout, f"no violations files under {args.dir}: the report says so -> {output}")
     else:
-        repeated = f" ({records} records)" if records != distinct else ""
-        write_line(sys.stdout, f"{distinct} violations{repeated} in {groups} groups from {files} file(s) -> {output}")
+        repeated = f" ({plural(records, 'record')})" if records != distinct else ""
+        write_line(sys.stdout, f"{plural(distinct, 'violation')}{repeated} in {plural(groups, 'group')} "
+                   f"from {plural(files, 'file')} -> {output}")
     for note in notes:
         write_line(sys.stdout, note)
     if skipped.count:

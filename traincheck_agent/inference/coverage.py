@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from traincheck_agent.inference.invariant import Invariant
+from traincheck_agent.inference.judged_counts import JudgedCounts, example_key
 from traincheck_agent.inference.preconditions import holds_all, outside_domain
 
 MAX_REASON_CHARS = 120
@@ -30,6 +31,10 @@ class Coverage:
         self.reasons: dict[str, str] = {}
         # An example's features -> each invariant's domain verdict on them (see ``violations_of``).
         self.memo: dict[Any, dict[str, str | None]] = {}
+        # Per invariant, trace and step where it broke: the examples it judged there, with its
+        # precondition holding (the "of M" of "N of M parameters").
+        self.judged = JudgedCounts()
+        self.admitted: dict[Any, dict[str, bool]] = {}  # features -> precondition verdict per invariant
 
     def merge(self, other: dict[str, Any]) -> None:
         """Add counts in the form ``to_json`` gives (from a checker in another process)."""
@@ -39,10 +44,15 @@ class Coverage:
                     target[str(inv_id)] = target.get(str(inv_id), 0) + count
         for inv_id, reason in (other.get("reasons") or {}).items():
             self.reasons.setdefault(str(inv_id), str(reason)[:MAX_REASON_CHARS])
+        self.judged.merge(other.get("judged"))
 
     def to_json(self) -> dict[str, Any]:
-        return {"checked": dict(sorted(self.checked.items())), "outside": dict(sorted(self.outside.items())),
-                "reasons": dict(sorted(self.reasons.items()))}
+        out: dict[str, Any] = {"checked": dict(sorted(self.checked.items())), "outside": dict(sorted(self.outside.items())),
+               "reasons": dict(sorted(self.reasons.items()))}
+        judged = self.judged.to_json()
+        if judged:
+            out["judged"] = judged
+        return out
 
     def totals(self) -> tuple[int, int]:
         """(examples judged, examples outside the domains), over every invariant."""
@@ -103,6 +113,7 @@ def violations_of(relation: ModuleType, invariants: Iterable[Invariant], example
             if verdicts is None:
                 if len(coverage.memo) >= MEMO_LIMIT:
                     coverage.memo.clear()
+                    coverage.admitted.clear()
                 verdicts = coverage.memo[key] = {}
     for inv in invariants:
         inv_id = inv.id
@@ -128,7 +139,27 @@ def violations_of(relation: ModuleType, invariants: Iterable[Invariant], example
                     coverage.outside[inv_id] = coverage.outside.get(inv_id, 0) + 1
                     coverage.reasons.setdefault(inv_id, reason[:MAX_REASON_CHARS])
             continue
+        count_key = None
         if coverage is not None:
             checked[inv_id] = checked.get(inv_id, 0) + 1
+            count_key = example_key(inv_id, example)
+            if count_key is not None and _admitted(coverage, inv, example):
+                coverage.judged.judged(count_key)
         if relation.violates(inv, example):
+            if count_key is not None and coverage is not None:
+                coverage.judged.violated(count_key)
             yield inv
+
+
+def _admitted(coverage: Coverage, inv: Invariant, example: Any) -> bool:
+    """Whether ``inv``'s precondition holds for ``example`` (remembered per feature tuple)."""
+    if not inv.precondition:
+        return True
+    key = getattr(example, "features", None)
+    if key is None:
+        return holds_all(inv.precondition, _features_of(example))
+    verdicts = coverage.admitted.setdefault(key, {})
+    verdict = verdicts.get(inv.id)
+    if verdict is None:
+        verdict = verdicts[inv.id] = holds_all(inv.precondition, _features_of(example))
+    return verdict

@@ -19,7 +19,8 @@ import orjson
 
 from traincheck_agent.messages import warn
 from traincheck_agent.output_files import make_output_dir
-from traincheck_agent.report.triage import Group, triage
+from traincheck_agent.report.sentences import plural, plural_noun
+from traincheck_agent.report.triage import Group, judged_counts, triage
 from traincheck_agent.report.violation_schema import record_problem
 from traincheck_agent.report.violations import STATS_EVENTS, VIOLATIONS_GLOB, what_happened
 from traincheck_agent.report.waived import WaivedPart, split_waived, waived_section
@@ -116,6 +117,15 @@ def coverage_text(stats: list[dict[str, Any]]) -> str:
         if isinstance(record.get("coverage"), dict):
             coverage.merge(record["coverage"])
     return coverage.summary()
+
+
+def not_covered_count(stats: list[dict[str, Any]]) -> int | None:
+    """Examples outside the references' domain, over the stats records; None without any."""
+    counts = [record["coverage"].get("outside") for record in stats if isinstance(record.get("coverage"), dict)]
+    if not counts:
+        return None
+    return sum(n for outside in counts if isinstance(outside, dict) for n in outside.values()
+               if isinstance(n, int) and not isinstance(n, bool))
 
 
 def _e(value: Any) -> str:
@@ -299,6 +309,7 @@ h3{font-size:15px;margin:0 0 6px}
 .badge{display:inline-block;border-radius:10px;padding:0 8px;font-size:12px;color:#fff;
  margin-right:6px;vertical-align:1px}
 .why{color:#4a535c;font-style:italic;margin:4px 0 8px}
+.hint{background:#eef4fb;border-left:3px solid #3b6fb6;padding:4px 10px;margin:6px 0}
 dl{display:grid;grid-template-columns:120px 1fr;gap:2px 12px;margin:6px 0}
 dt{color:#66707a}dd{margin:0;overflow-wrap:anywhere}
 code,pre{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
@@ -318,9 +329,13 @@ details{margin:6px 0}summary{cursor:pointer;color:#3b6fb6}
 """
 
 
+def _group_label(group: Group) -> str:
+    """What the group is about, short enough for a lane: the relation and its API / event."""
+    return f"{group.relation} {group.subject}"
+
+
 def _group_title(group: Group) -> str:
-    where = group.pattern or ", ".join(a for a in group.apis if a != group.subject)
-    return f"{group.relation} {group.subject}" + (f" \u2014 {where}" if where else "")
+    return group.sentence or _group_label(group)
 
 
 def _steps_text(group: Group) -> str:
@@ -334,6 +349,7 @@ def _steps_text(group: Group) -> str:
 def _group_card(number: int, group: Group) -> str:
     colour = KIND_COLOURS[group.kind]
     rows = [
+        ("about", _group_label(group)),
         ("expected", group.expected or "(not recorded)"),
         ("steps", _steps_text(group)),
         ("violations", str(group.count)),
@@ -341,6 +357,10 @@ def _group_card(number: int, group: Group) -> str:
         ("invariants", ", ".join(group.invariants)),
         ("support", f"{group.support} passing examples in the clean runs"),
     ]
+    if group.patterns:
+        rows.append(("patterns", ", ".join(f"{p} ({n})" for p, n in group.patterns)))
+    if group.same_cause_as is not None:
+        rows.append(("same cause as", f"#{group.same_cause_as} (same hint, overlapping steps)"))
     if group.variables:
         shown = group.variables[:MAX_VARIABLES_SHOWN]
         unshown = len(group.variables) - len(shown)
@@ -361,7 +381,8 @@ def _group_card(number: int, group: Group) -> str:
         f'<article class="card{" top" if number == 1 else ""}" id="group-{number}">'
         f'<h3><span class="badge" style="background:{colour}">#{number} {_e(group.kind)}</span>'
         f"{_e(_group_title(group))}</h3>"
-        f'<p class="why">{_e(group.rank_reason)}</p>'
+        + (f'<p class="hint"><b>hint:</b> {_e(group.hint)}</p>' if group.hint else "")
+        + f'<p class="why">{_e(group.rank_reason)}</p>'
         "<dl>" + "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows) + "</dl>"
         f'<div class="example"><b>First violation</b> (rank {_e(example.get("rank"))}, step '
         f'{_e(example.get("step"))}): {_e(what_happened(example))}</div>'
@@ -373,31 +394,48 @@ def _group_card(number: int, group: Group) -> str:
     )
 
 
+def header_tiles(kept: list[dict[str, Any]], groups: list[Group], not_covered: int | None = None,
+                 waived: int | None = None) -> list[tuple[str, str]]:
+    """The report's header tiles, (value, label) each: violations, groups, invariants, ranks,
+    steps; examples not covered when the stats records say; waived violations when given (the
+    waivers' own count, ``None`` when nothing was waived or waivers are not in use)."""
+    ranks = sorted({r for r in (_rank(record) for record in kept) if r >= 0})
+    steps = [s for s in (_step(r) for r in kept) if s is not None]
+    invariants = {r.get("invariant") for r in kept}
+    tiles = [(str(len(kept)), plural_noun(len(kept), "violation")),
+             (str(len(groups)), plural_noun(len(groups), "group")),
+             (str(len(invariants)), plural_noun(len(invariants), "invariant")),
+             (str(len(ranks)) if ranks else "-",
+              plural_noun(len(ranks), "rank") + (f" ({rank_ranges(ranks)})" if ranks else "")),
+             (f"{min(steps)}\u2013{max(steps)}" if steps else "-", "steps")]
+    if not_covered is not None:
+        tiles.append((str(not_covered), "not covered (outside the references' domain)"))
+    if waived is not None:
+        tiles.append((str(waived), "waived"))
+    return tiles
+
+
 def render_report(records: list[dict[str, Any]], source: str, files: list[Path] | None = None,
-                  groups: list[Group] | None = None, coverage: str = "",
+                  groups: list[Group] | None = None, coverage: str = "", not_covered: int | None = None,
                   waived: WaivedPart | None = None) -> str:
     """The HTML report of ``records`` (violation records of any ranks), grouped by
-    :func:`triage` unless ``groups`` is given; ``coverage``: what was not covered, in words;
-    ``waived``: the waived violations and stale waivers, shown in a section of their own."""
+    :func:`triage` unless ``groups`` is given; ``coverage``: what was not covered, in words, and
+    ``not_covered`` how many examples; ``waived``: the waived violations and stale waivers, shown
+    in a section of their own and counted in a header tile."""
     groups = triage(records) if groups is None else groups
     waived_html = waived_section(waived) if waived is not None else ""
     kept = [r for g in groups for r in g.records]  # de-duplicated
     ranks = sorted({_rank(r) for r in kept})
     runs = sorted({str(r.get("run_id")) for r in kept if r.get("run_id")})
-    steps = [s for s in (_step(r) for r in kept) if s is not None]
-    invariants = {r.get("invariant") for r in kept}
-    stats = [("violations", len(kept)), ("groups", len(groups)), ("invariants", len(invariants)),
-             ("ranks", rank_ranges(ranks)),
-             ("steps", f"{min(steps)}\u2013{max(steps)}" if steps else "-")]
-    if waived is not None and waived.records:
-        stats.append(("waived", len(waived.records)))
+    waived_count = len(waived.records) if waived is not None and waived.records else None
+    stats = header_tiles(kept, groups, not_covered, waived_count)
     head = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>traincheck report: {_e(source)}</title><style>{_CSS}</style></head><body><main>"
         f"<h1>traincheck report</h1><p class=\"muted\">{_e(source)}"
         + (f" &middot; run {_e(', '.join(runs))}" if runs else "")
-        + (f" &middot; {len(files)} violations file(s)" if files is not None else "") + "</p>"
+        + (f" &middot; {plural(len(files), 'violations file')}" if files is not None else "") + "</p>"
         + (f'<p class="muted">Not covered: {_e(coverage)}. Examples outside the contexts the clean references '
            "showed are counted, never judged.</p>" if coverage else "")
     )
@@ -407,13 +445,13 @@ def render_report(records: list[dict[str, Any]], source: str, files: list[Path] 
         body = f'<p class="ok">No violations recorded: {held}.</p>'
         return head + body + waived_html + "</main></body></html>\n"
     summary = '<div class="summary">' + "".join(
-        f'<div class="stat"><b>{_e(v)}</b>{_e(k)}</div>' for k, v in stats) + "</div>"
+        f'<div class="stat"><b>{_e(v)}</b>{_e(k)}</div>' for v, k in stats) + "</div>"
     top = groups[0]
-    headline = (f'<p>Likely root cause: <b>{_e(_group_title(top))}</b>, first at step '
-                f'{_e(top.first_step)}: {_e(top.expected or what_happened(top.example))}</p>')
-    group_rows = [(f"#{i} {_group_title(g)}", g.records, KIND_COLOURS[g.kind])
+    headline = (f'<p>Likely root cause: <b>{_e(_group_title(top))}</b>.</p>'
+                + (f'<p class="hint"><b>hint:</b> {_e(top.hint)}</p>' if top.hint else ""))
+    group_rows = [(f"#{i} {_group_label(g)}", g.records, KIND_COLOURS[g.kind])
                   for i, g in enumerate(groups[:MAX_LANES], start=1)]
-    lanes_note = (f" The first {MAX_LANES} of {len(groups)} groups are drawn."
+    lanes_note = (f" The first {MAX_LANES} of {plural(len(groups), 'group')} are drawn."
                   if len(groups) > MAX_LANES else "")
     rank_rows = [(f"rank {rank}", [r for r in kept if _rank(r) == rank], _colour(rank))
                  for rank in ranks[:MAX_LANES]]
@@ -445,8 +483,8 @@ def write_report(root: Path, output: Path, skipped: SkippedRecords | None = None
     records, waived = split_waived(records, stats, waivers)
     if notes is not None:
         notes.extend(waived.notes())
-    groups = triage(records)
-    page = render_report(records, str(root), files, groups, coverage_text(stats), waived)
+    groups = triage(records, judged=judged_counts(stats))
+    page = render_report(records, str(root), files, groups, coverage_text(stats), not_covered_count(stats), waived)
     make_output_dir(output.parent)
     output.write_text(page, encoding="utf-8")
     return len(records), sum(g.count for g in groups), len(groups), len(files)

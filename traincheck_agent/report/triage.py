@@ -1,15 +1,19 @@
 """Triage: group violation records and rank the groups, likely root cause first.
 
-One fault usually breaks several invariants, on many parameters and over many steps. Records
-are grouped by
+One fault usually breaks several invariants, on many parameters and over many steps, and should
+read as one group. Records are grouped by
 
 - invariant family: the relation and the API / event the invariant is about
-  (``StateTransition`` of ``optimizer.step``);
-- variable pattern: numbers generalised and the leaf names merged, so that
-  ``model.layers.3.weight`` and ``model.layers.7.bias`` both fall under
-  ``model.layers.*.{bias,weight}``;
+  (``StateTransition`` of ``backward``), whatever variables it names: a forgotten ``zero_grad``
+  that leaves stale grads on 40 parameters is one group, not one per layer type;
 - step window: a gap of more than ``STEP_WINDOW`` steps (and more than three times the usual
   gap, so that sampled snapshots every N steps do not split) starts a new group.
+
+Inside a group, the variables are summarised as name patterns with counts
+(``model.conv*.{bias,weight}`` x4, ``model.bn1.{bias,weight}`` x2: ``name_patterns``), and the
+group reads as one sentence ("backward found grads left over from an earlier step on 10 of 10
+parameters of `model` at steps 1-4") with a hint at the usual cause where one is known
+(``hints``).
 
 Groups are ranked by the step where they first broke (the earliest is nearest the cause); at the
 same step, invariants about the context a computation ran in (a module outside its autocast
@@ -23,18 +27,19 @@ was seen after it. The order is deterministic.
 
 from __future__ import annotations
 
-import re
 import statistics
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from traincheck_agent.inference import relations
+from traincheck_agent.report.hints import api_of, find_hint, what_of
+from traincheck_agent.report.name_patterns import describe_patterns, name_patterns, variable_pattern
+from traincheck_agent.report.sentences import group_sentence, plain_expected
 
 if TYPE_CHECKING:
     from traincheck_agent.inference.invariant import Invariant
 
 STEP_WINDOW = 50
-_DIGITS = re.compile(r"\d+")
 
 
 @dataclass
@@ -59,6 +64,16 @@ class Group:
     rank_reason: str = ""
     steps: list[int] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    # The variables as name patterns, each with how many names it stands for, most first.
+    patterns: list[tuple[str, int]] = field(default_factory=list)
+    # How many variables the main invariant judged at the first step, when known (``N of M``).
+    of_total: int | None = None
+    sentence: str = ""
+    hint: str = ""
+    cause: str = ""  # the hint's short name of the usual cause ("" without a hint)
+    # The number (1-based rank) of an earlier group of the same usual cause whose steps overlap
+    # this one's: most likely the same fault, seen by another invariant.
+    same_cause_as: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The group without its records (the example is kept)."""
@@ -69,28 +84,10 @@ class Group:
             "apis": self.apis, "invariants": self.invariants, "expected": self.expected,
             "support": self.support, "kind": self.kind, "rank_reason": self.rank_reason,
             "steps": self.steps, "example": self.example,
+            "patterns": [{"pattern": p, "count": n} for p, n in self.patterns],
+            "of_total": self.of_total, "sentence": self.sentence, "hint": self.hint,
+            "cause": self.cause, "same_cause_as": self.same_cause_as,
         }
-
-
-def variable_pattern(name: str) -> str:
-    """``model.layers.3.weight`` -> ``model.layers.*.weight``."""
-    return _DIGITS.sub("*", name)
-
-
-def _prefix(pattern: str) -> str:
-    return pattern.rsplit(".", 1)[0] if "." in pattern else pattern
-
-
-def describe_patterns(variables: list[str]) -> str:
-    """One pattern for a set of variable names: ``model.backbone.*.{bias,weight}``."""
-    patterns = sorted({variable_pattern(v) for v in variables if v})
-    if len(patterns) <= 1:
-        return patterns[0] if patterns else ""
-    prefixes = {_prefix(p) for p in patterns}
-    if len(prefixes) == 1 and all("." in p for p in patterns):
-        leaves = sorted(p.rsplit(".", 1)[1] for p in patterns)
-        return f"{prefixes.pop()}.{{{','.join(leaves)}}}"
-    return ", ".join(patterns)
 
 
 def relation_kind(relation: str) -> str:
@@ -197,32 +194,78 @@ def _windows(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return windows
 
 
-def triage(records: list[dict[str, Any]],
-           invariants: dict[str, Invariant] | None = None) -> list[Group]:
+# (trace, invariant id, step) -> the examples the invariant judged there (``judged_counts``).
+Judged = dict[tuple[str, str, int], int]
+
+
+def _trace_key(trace: Any, rank: Any) -> str:
+    """A trace's name; an online check names every rank's trace "online", so the rank is added."""
+    return f"{trace}@rank{rank}" if trace == "online" else str(trace)
+
+
+def judged_counts(stats: list[dict[str, Any]]) -> Judged:
+    """The examples each invariant judged at the steps where it broke, from the coverage stats
+    records (``event: coverage``, ``coverage.judged``) of any ranks."""
+    out: Judged = {}
+    for record in stats:
+        coverage = record.get("coverage")
+        judged = coverage.get("judged") if isinstance(coverage, dict) else None
+        if not isinstance(judged, dict):
+            continue
+        for inv_id, traces in judged.items():
+            for trace, steps in (traces.items() if isinstance(traces, dict) else ()):
+                for step, count in (steps.items() if isinstance(steps, dict) else ()):
+                    if type(count) is int and str(step).lstrip("-").isdigit():
+                        key = (_trace_key(trace, record.get("rank")), str(inv_id), int(step))
+                        out[key] = out.get(key, 0) + count
+    return out
+
+
+def _record_trace(record: dict[str, Any]) -> str:
+    evidence = record.get("evidence")
+    trace = evidence.get("trace") if isinstance(evidence, dict) else None
+    return _trace_key(trace, record.get("rank")) if trace else ""
+
+
+def triage(records: list[dict[str, Any]], invariants: dict[str, Invariant] | None = None,
+           judged: Judged | None = None) -> list[Group]:
     """Group ``records`` (violation records, any ranks, any order) and rank the groups, the
-    likely root cause first. ``invariants`` (by id) adds what the records do not carry."""
+    likely root cause first. ``invariants`` (by id) adds what the records do not carry;
+    ``judged`` (``judged_counts``) lets a group say "N of M" variables."""
     invariants = invariants or {}
-    buckets: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    judged = judged or {}
+    buckets: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for record in _dedupe(records):
         inv = invariants.get(str(record.get("invariant", "")))
         relation = str(record.get("relation") or (inv.relation if inv else ""))
-        family = (relation, _subject_of(record, inv))
-        pattern = _prefix(variable_pattern(str(record.get("variable") or "")))
-        buckets.setdefault((*family, pattern), []).append(record)
+        buckets.setdefault((relation, _subject_of(record, inv)), []).append(record)
 
     groups = []
-    for (relation, subject, _), bucket in buckets.items():
+    for (relation, subject), bucket in buckets.items():
         for window in _windows(bucket):
-            groups.append(_group(relation, subject, window, invariants))
+            groups.append(_group(relation, subject, window, invariants, judged))
     groups.sort(key=_rank_key)
     earliest = min((g.first_step for g in groups if g.first_step is not None), default=None)
     for position, group in enumerate(groups):
         group.rank_reason = _reason(group, position, earliest)
+        group.same_cause_as = _same_cause(group, groups[:position])
     return groups
 
 
+def _same_cause(group: Group, earlier: list[Group]) -> int | None:
+    """The number of the first earlier group of the same usual cause with overlapping steps."""
+    if not group.cause or group.first_step is None:
+        return None
+    for number, other in enumerate(earlier, start=1):
+        if (other.cause == group.cause and other.same_cause_as is None and other.first_step is not None
+                and other.last_step is not None and group.last_step is not None
+                and other.first_step <= group.last_step and group.first_step <= other.last_step):
+            return number
+    return None
+
+
 def _group(relation: str, subject: str, records: list[dict[str, Any]],
-           invariants: dict[str, Invariant]) -> Group:
+           invariants: dict[str, Invariant], judged: Judged) -> Group:
     steps = sorted({s for s in (_step(r) for r in records) if s is not None})
     ids = sorted({str(r.get("invariant", "")) for r in records})
     variables = sorted({str(r["variable"]) for r in records if r.get("variable")})
@@ -233,18 +276,73 @@ def _group(relation: str, subject: str, records: list[dict[str, Any]],
                        if (e := _expected_of(r, invariants.get(str(r.get("invariant", "")))))})
     pattern = describe_patterns(variables)
     first = steps[0] if steps else None
-    key = f"{relation}|{subject}|{pattern}|{'' if first is None else first}"
-    return Group(key=key, relation=relation, subject=subject, pattern=pattern, first_step=first,
-                 last_step=steps[-1] if steps else None, count=len(records), ranks=ranks,
-                 variables=variables, apis=apis, invariants=ids, expected="; ".join(expected),
-                 support=support, kind=relation_kind(relation), example=records[0], steps=steps,
-                 records=records)
+    key = f"{relation}|{subject}|{'' if first is None else first}"
+    group = Group(key=key, relation=relation, subject=subject, pattern=pattern, first_step=first,
+                  last_step=steps[-1] if steps else None, count=len(records), ranks=ranks,
+                  variables=variables, apis=apis, invariants=ids, expected="; ".join(expected),
+                  support=support, kind=relation_kind(relation), example=records[0], steps=steps,
+                  records=records, patterns=name_patterns(variables))
+    _describe(group, invariants, judged)
+    return group
+
+
+def _main_record(group: Group) -> dict[str, Any]:
+    """The first record of the invariant with the most violations in the group: what the
+    group's sentence and hint speak of."""
+    counts: dict[str, int] = {}
+    for record in group.records:
+        inv_id = str(record.get("invariant", ""))
+        counts[inv_id] = counts.get(inv_id, 0) + 1
+    main = min(counts, key=lambda inv_id: (-counts[inv_id], inv_id))
+    return next(r for r in group.records if str(r.get("invariant", "")) == main)
+
+
+def _invariant_subject(record: dict[str, Any], invariant: Invariant | None) -> dict[str, Any]:
+    subject = _about(record, invariant, "subject")
+    return dict(subject) if isinstance(subject, dict) else {}
+
+
+def _at_first(group: Group, main: str, judged: Judged) -> tuple[int, int] | None:
+    """(variables broken, variables judged) by the main invariant at the group's first step,
+    when that step broke in one trace whose judged count is known and covers them all."""
+    first = [r for r in group.records if str(r.get("invariant", "")) == main and _step(r) == group.first_step]
+    traces = {_record_trace(r) for r in first}
+    if group.first_step is None or len(traces) != 1 or "" in traces:
+        return None
+    total = judged.get((traces.pop(), main, group.first_step))
+    broken = len({str(r["variable"]) for r in first if r.get("variable")})
+    if total is None or not broken or broken > total:
+        return None
+    return broken, total
+
+
+def _describe(group: Group, invariants: dict[str, Invariant], judged: Judged) -> None:
+    """Fill in the group's sentence and hint (and ``of_total``) from its main invariant."""
+    record = _main_record(group)
+    inv = invariants.get(str(record.get("invariant", "")))
+    subject = _invariant_subject(record, inv)
+    found = find_hint(group.relation, api_of(record, subject), what_of(subject))
+    group.hint = found.hint if found is not None else ""
+    group.cause = found.cause if found is not None else ""
+    expected = ""
+    if found is not None:
+        happened = found.happened
+    else:
+        happened = f"{group.relation} of {group.subject} broke"
+        expected = plain_expected(record) or (inv.description if inv is not None else "")
+    at_first = _at_first(group, str(record.get("invariant", "")), judged)
+    group.of_total = at_first[1] if at_first is not None else None
+    noun = "parameters" if subject.get("attribute") in ("data", "grad") else "variables"
+    group.sentence = group_sentence(happened, group.variables, noun, group.first_step, group.last_step,
+                                    group.ranks, at_first)
+    if expected:
+        group.sentence += f" (expected: {expected})"
 
 
 def _rank_key(group: Group) -> tuple:
     first = group.first_step
     return (first is None, first if first is not None else 0, _KIND_ORDER[group.kind],
-            -group.support, group.relation, _moment(group.subject), group.pattern, group.key)
+            -group.support, group.relation, _moment(group.subject), group.key)
 
 
 def _moment(subject: str) -> tuple[str, int, str]:
@@ -272,5 +370,5 @@ def _reason(group: Group, position: int, earliest: int | None) -> str:
     return f"{ranked}{when}; {kind}; support {group.support} passing examples in the clean runs"
 
 
-__all__ = ["STEP_WINDOW", "Group", "describe_patterns",
+__all__ = ["STEP_WINDOW", "Group", "Judged", "describe_patterns", "judged_counts", "name_patterns",
            "relation_kind", "triage", "variable_pattern"]

@@ -16,7 +16,7 @@ from traincheck_agent.report.violations import COVERAGE_EVENT, WAIVERS_EVENT
 MAX_DEPTH = 32  # records nest 5 levels at most; Python's JSON writer recurses per level
 
 _TEXT_FIELDS = ("invariant", "relation", "message", "body", "api", "variable", "run_id", "trace",
-                "timestamp", "severity", "severity_text", "event")
+                "timestamp", "severity", "severity_text", "event", "sentence", "hint")
 _INTEGER_FIELDS = ("rank", "step", "time_unix_nano", "severity_number")
 _OBJECT_FIELDS = ("evidence", "attributes", "resource")
 
@@ -50,6 +50,14 @@ def _coverage_problem(coverage: Any) -> str:
         good = _is_int if value_type == "integer" else (lambda v: isinstance(v, str))
         if not all(good(v) for v in counts.values()):
             return f"`coverage.{key}` holds a value that is not a {value_type}"
+    judged = coverage.get("judged")  # {invariant: {trace: {step: count}}}
+    if judged is not None:
+        if not isinstance(judged, dict) or not all(isinstance(traces, dict) for traces in judged.values()):
+            return "`coverage.judged` is not an object of objects"
+        for traces in judged.values():
+            for steps in traces.values():
+                if not isinstance(steps, dict) or not all(_is_int(n) for n in steps.values()):
+                    return "`coverage.judged` holds a value that is not an object of integers"
     return ""
 
 

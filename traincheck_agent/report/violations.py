@@ -26,7 +26,15 @@ import orjson
 
 from traincheck_agent.messages import PREFIX, warn
 from traincheck_agent.output_files import make_output_dir, open_append
+from traincheck_agent.report.hints import hint_for_record
 from traincheck_agent.report.log_bridge import log_violation
+from traincheck_agent.report.sentences import (
+    expected_of,
+    plain_expected,
+    plural,
+    record_sentence,
+    what_happened,
+)
 from traincheck_agent.terminal_text import visible, write_line
 
 if TYPE_CHECKING:
@@ -117,6 +125,10 @@ def violation_record(violation: dict[str, Any], invariant: Invariant | None, *, 
         record["waived"] = dict(waived)
     record["body"] = message
     record["evidence"] = _evidence(violation, invariant)
+    record["sentence"] = record_sentence(record)
+    hint = hint_for_record(record)
+    if hint is not None:
+        record["hint"] = hint.hint
 
     attributes: dict[str, Any] = {
         "traincheck.invariant": invariant_id,
@@ -154,48 +166,17 @@ def _host_name() -> str:
         return ""
 
 
-def what_happened(record: dict[str, Any]) -> str:
-    """The message without the invariant's description that the relations put in front."""
-    message = str(record.get("message", ""))
-    expected = expected_of(record)
-    if expected and message.startswith(expected):
-        rest = message[len(expected):].lstrip(":").strip()
-        if rest:
-            return rest
-    return message
-
-
-def expected_of(record: dict[str, Any]) -> str:
-    evidence = record.get("evidence")
-    if isinstance(evidence, dict) and evidence.get("expected"):
-        return str(evidence["expected"])
-    attributes = record.get("attributes")
-    if isinstance(attributes, dict) and attributes.get("traincheck.expected"):
-        return str(attributes["traincheck.expected"])
-    return ""
-
-
 def format_line(record: dict[str, Any]) -> str:
-    """One line for a person: where (rank, step), what was expected, what happened, on which
-    API / parameter, and the invariant id to look up. Control characters in any of them are
-    shown escaped."""
-    where = f"rank {record.get('rank')} step {record.get('step')}"
-    parts = [f"{PREFIX} violation at {where}:"]
-    expected = expected_of(record)
+    """One line for a person, what happened first: where (rank, step), what happened and on which
+    API / parameter, what was expected (without its precondition: the record keeps it), and the
+    invariant id to look up. Control characters in any of them are shown escaped."""
+    parts = [f"{PREFIX} violation at rank {record.get('rank')} step {record.get('step')}: "
+             f"{record_sentence(record)}"]
+    expected = plain_expected(record)
     if expected:
-        parts.append(f"expected {expected};")
-    parts.append(f"got {what_happened(record)};")
-    subject = []
-    if record.get("api"):
-        subject.append(f"api {record['api']}")
-    if record.get("variable"):
-        subject.append(f"variable {record['variable']}")
-    if record.get("ranks"):
-        subject.append(f"ranks {record['ranks']}")
-    if subject:
-        parts.append(", ".join(subject) + ";")
+        parts.append(f"expected {expected}")
     parts.append(f"invariant {record.get('invariant')} ({record.get('relation')})")
-    return visible(" ".join(parts))
+    return visible("; ".join(parts))
 
 
 COVERAGE_EVENT = "coverage"  # the ``event`` of the stats record that closes a check's log
@@ -211,6 +192,7 @@ def coverage_record(coverage: dict[str, Any], summary: str, *, rank: int, run_id
     ns = time.time_ns()
     checked = sum(v for v in coverage.get("checked", {}).values() if isinstance(v, int))
     outside = sum(v for v in coverage.get("outside", {}).values() if isinstance(v, int))
+    summary = summary or f"{plural(checked, 'example')} checked, none outside the references' domain"
     resource = {"service.name": SERVICE_NAME, "host.name": host if host is not None else _host_name(),
                 "process.pid": os.getpid()}
     return {
@@ -308,7 +290,7 @@ class ViolationLog:
                 if hidden > 0:
                     self._hidden_said[invariant] = self._hidden_said.get(invariant, 0) + hidden
                     where = "" if self._file_failed else f" (all in {self.path})"
-                    self._say(f"{PREFIX} {hidden} more violations of {invariant} not shown{where}")
+                    self._say(f"{PREFIX} {plural(hidden, 'more violation')} of {invariant} not shown{where}")
             self._close_file()
             return dict(self.counts)
 

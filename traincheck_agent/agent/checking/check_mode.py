@@ -135,7 +135,7 @@ def prepare_check(settings: Settings, policy: Policy) -> CheckSetup | None:
         if reason == SINGLE_PROCESS:
             debug(f"check mode: {len(ids)} cross-rank invariants not checked ({reason})")
         else:
-            warn(f"{len(ids)} invariants skipped, {reason}: {shown}")
+            warn(f"{len(ids)} invariant{'' if len(ids) == 1 else 's'} skipped, {reason}: {shown}")
     if not req.checked:
         warn("no invariant to check online in TRAINCHECK_INV; the agent stays off")
         return None
@@ -305,7 +305,7 @@ class CheckSink:
             if self.checker is not None:
                 coverage.merge(self.checker.coverage.to_json())
             self.coverage = coverage
-            if coverage.totals()[1] and self.log is not None:
+            if (coverage.totals()[1] or coverage.judged.broken) and self.log is not None:
                 from traincheck_agent.report.violations import coverage_record
 
                 self.log.stats(coverage_record(coverage.to_json(), coverage.summary(self.by_id), rank=self.rank,
@@ -515,7 +515,9 @@ class CheckSink:
     def summary(self) -> str:
         """The end-of-run line (without the ``[traincheck]`` prefix): how many violations of how
         many invariants, and where; how many examples were outside the references' domain."""
-        checked = f"{len(self.invariants)} invariants checked"
+        from traincheck_agent.report.sentences import plural
+
+        checked = f"{plural(len(self.invariants), 'invariant')} checked"
         if self.broken:
             return (f"check summary (rank {self.rank}): checking stopped after {self.errors} checker errors; "
                     f"{self.violations} violations found before")
@@ -529,8 +531,8 @@ class CheckSink:
         worst = sorted(self.violated.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
         top = ", ".join(f"{inv} x{n}" for inv, n in worst) + (", ..." if len(self.violated) > 3 else "")
         where = getattr(self.log, "path", None)
-        return (f"check summary (rank {self.rank}): {self.violations} violations of "
-                f"{len(self.violated)} invariants ({top}); {checked}{covered}"
+        return (f"check summary (rank {self.rank}): {plural(self.violations, 'violation')} of "
+                f"{plural(len(self.violated), 'invariant')} ({top}); {checked}{covered}"
                 + (f"; details in {where}" if where else "") + self._likely_cause())
 
     def _waived_note(self) -> str:
@@ -555,13 +557,15 @@ class CheckSink:
         return f"{count} cross-rank invariants not checked (this process was the only rank)" if count else ""
 
     def _likely_cause(self) -> str:
-        """The top-ranked group of the first violations, as ``traincheck report`` would rank it."""
-        from traincheck_agent.report.triage import triage
+        """The top-ranked group of the first violations, as ``traincheck report`` would rank it:
+        its sentence and, where the usual cause is known, the hint."""
+        from traincheck_agent.report.sentences import plural
+        from traincheck_agent.report.triage import judged_counts, triage
 
-        groups = triage(self.records, self.by_id)
+        coverage = [{"rank": self.rank, "coverage": self.coverage.to_json()}] if self.coverage is not None else []
+        groups = triage(self.records, self.by_id, judged_counts(coverage))
         if not groups:
             return ""
         top = groups[0]
-        where = f" {top.pattern}" if top.pattern else ""
-        return (f"; likely cause first ({len(groups)} groups): {top.relation} {top.subject}{where} "
-                f"from step {top.first_step}: {top.expected}")
+        hint = f" (hint: {top.hint})" if top.hint else ""
+        return f"; likely cause first ({plural(len(groups), 'group')}): {top.sentence}{hint}"
