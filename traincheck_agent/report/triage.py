@@ -162,7 +162,7 @@ def _order(record: dict[str, Any]) -> tuple:
             str(record.get("api", "")), str(record.get("message", "")))
 
 
-def _dedupe(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def distinct_violations(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The same violation reported twice (by two ranks of a cross-rank check, or written twice)
     counts once."""
     seen: set[tuple] = set()
@@ -235,7 +235,7 @@ def triage(records: list[dict[str, Any]], invariants: dict[str, Invariant] | Non
     invariants = invariants or {}
     judged = judged or {}
     buckets: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for record in _dedupe(records):
+    for record in distinct_violations(records):
         inv = invariants.get(str(record.get("invariant", "")))
         relation = str(record.get("relation") or (inv.relation if inv else ""))
         buckets.setdefault((relation, _subject_of(record, inv)), []).append(record)
@@ -370,5 +370,5 @@ def _reason(group: Group, position: int, earliest: int | None) -> str:
     return f"{ranked}{when}; {kind}; support {group.support} passing examples in the clean runs"
 
 
-__all__ = ["STEP_WINDOW", "Group", "Judged", "describe_patterns", "judged_counts", "name_patterns",
+__all__ = ["STEP_WINDOW", "Group", "distinct_violations", "Judged", "describe_patterns", "judged_counts", "name_patterns",
            "relation_kind", "triage", "variable_pattern"]

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from traincheck_agent.check.waivers import Waivers, merge_tallies, waived_mark
+from traincheck_agent.report.sentences import plural
+from traincheck_agent.report.triage import distinct_violations
 from traincheck_agent.report.violations import WAIVERS_EVENT
 
 MAX_ROWS = 200
@@ -31,21 +33,8 @@ class WaivedPart:
 
     def notes(self) -> list[str]:
         """Lines for the terminal: how many were waived, and each stale waiver."""
-        lines = [f"{len(self.records)} violations waived"] if self.records else []
+        lines = [f"{plural(len(self.records), 'violation')} waived"] if self.records else []
         return lines + [f"stale: {line}" for line in self.stale]
-
-
-def _distinct(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    seen: set[tuple] = set()
-    out = []
-    for record in records:
-        where = tuple(record["ranks"]) if record.get("ranks") else record.get("rank")
-        key = (record.get("invariant"), record.get("step"), str(where), record.get("variable"),
-               record.get("api"), record.get("message"))
-        if key not in seen:
-            seen.add(key)
-            out.append(record)
-    return out
 
 
 def split_waived(records: list[dict[str, Any]], stats: list[dict[str, Any]],
@@ -59,7 +48,7 @@ def split_waived(records: list[dict[str, Any]], stats: list[dict[str, Any]],
             if waiver is not None:
                 record["waived"] = waived_mark(waiver, waivers.path)
     active = [r for r in records if not r.get("waived")]
-    waived = _distinct([r for r in records if r.get("waived")])
+    waived = distinct_violations([r for r in records if r.get("waived")])
     if waivers is not None:
         stale = [f"waiver {w.index} of {waivers.path} ({w.label()}) matched nothing" for w in waivers.stale()]
     else:
