@@ -140,10 +140,14 @@ def test_a_forgotten_zero_grad_checked_online_is_one_group_with_its_hint(agent_i
     assert first.startswith("[traincheck] violation at rank 0 step 1: backward found grads left over")
     assert "first_in_step" not in first
     summary = next(line for line in err.splitlines() if "check summary" in line)
-    assert f"likely cause first ({len(groups)} groups): {top.sentence} (hint: {top.hint})" in summary
+    assert f"likely cause first (1 group): {top.sentence} (hint: {top.hint})" in summary
     [coverage] = [json.loads(line) for line in (out / "violations-0.jsonl").read_text().splitlines()
                   if json.loads(line).get("event") == "coverage"]
     assert coverage["coverage"]["judged"][top.invariants[0]]["online"]["1"] == 6
+    # The report reads as one group too: the call-order group sits inside the top group's card.
+    page = render_report(records, str(out), groups=groups)
+    assert page.count('<article class="card') == 1 and page.count('<div class="also">') == len(sequence)
+    assert "<b>1</b>group<" in page
 
 
 def test_the_coverage_of_a_check_counts_what_each_invariant_judged_where_it_broke():

@@ -20,7 +20,7 @@ import orjson
 from traincheck_agent.messages import warn
 from traincheck_agent.output_files import make_output_dir
 from traincheck_agent.report.sentences import plural, plural_noun
-from traincheck_agent.report.triage import Group, judged_counts, triage
+from traincheck_agent.report.triage import Group, causes, judged_counts, triage
 from traincheck_agent.report.violation_schema import record_problem
 from traincheck_agent.report.violations import STATS_EVENTS, VIOLATIONS_GLOB, what_happened
 from traincheck_agent.report.waived import WaivedPart, split_waived, waived_section
@@ -310,6 +310,7 @@ h3{font-size:15px;margin:0 0 6px}
  margin-right:6px;vertical-align:1px}
 .why{color:#4a535c;font-style:italic;margin:4px 0 8px}
 .hint{background:#eef4fb;border-left:3px solid #3b6fb6;padding:4px 10px;margin:6px 0}
+.also{border-left:3px solid #9aa5b1;padding:4px 10px;margin:8px 0}
 dl{display:grid;grid-template-columns:120px 1fr;gap:2px 12px;margin:6px 0}
 dt{color:#66707a}dd{margin:0;overflow-wrap:anywhere}
 code,pre{font:12px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
@@ -346,7 +347,20 @@ def _steps_text(group: Group) -> str:
     return f"{group.first_step} to {group.last_step} ({len(group.steps)} steps with violations)"
 
 
-def _group_card(number: int, group: Group) -> str:
+def _also_block(group: Group) -> str:
+    """A group of the same cause, inside the card of the group that leads it."""
+    example = group.example
+    return (
+        f'<div class="also"><b>Same cause:</b> {_e(_group_title(group))}'
+        f'<p class="muted">{_e(_group_label(group))}; {_e(plural(group.count, "violation"))}; steps '
+        f'{_e(_steps_text(group))}; invariant {_e(", ".join(group.invariants))}; expected: '
+        f'{_e(group.expected or "(not recorded)")}</p>'
+        f'<p class="muted">First violation (rank {_e(example.get("rank"))}, step {_e(example.get("step"))}): '
+        f"{_e(what_happened(example))}</p></div>"
+    )
+
+
+def _group_card(number: int, group: Group, followers: list[Group] | None = None) -> str:
     colour = KIND_COLOURS[group.kind]
     rows = [
         ("about", _group_label(group)),
@@ -359,8 +373,6 @@ def _group_card(number: int, group: Group) -> str:
     ]
     if group.patterns:
         rows.append(("patterns", ", ".join(f"{p} ({n})" for p, n in group.patterns)))
-    if group.same_cause_as is not None:
-        rows.append(("same cause as", f"#{group.same_cause_as} (same hint, overlapping steps)"))
     if group.variables:
         shown = group.variables[:MAX_VARIABLES_SHOWN]
         unshown = len(group.variables) - len(shown)
@@ -388,6 +400,8 @@ def _group_card(number: int, group: Group) -> str:
         f'{_e(example.get("step"))}): {_e(what_happened(example))}</div>'
         f"<details><summary>Evidence</summary><pre>"
         f"{_e(json.dumps(evidence, indent=2, sort_keys=True, default=str))}</pre></details>"
+        + "".join(_also_block(other) for other in followers or [])
+        +
         f"<details><summary>All {group.count} violations</summary><table><thead><tr><th>step</th>"
         f"<th>rank</th><th>variable / API</th><th>what happened</th></tr></thead><tbody>"
         + "".join(table_rows) + f"</tbody></table>{more}</details></article>"
@@ -428,7 +442,8 @@ def render_report(records: list[dict[str, Any]], source: str, files: list[Path] 
     ranks = sorted({_rank(r) for r in kept})
     runs = sorted({str(r.get("run_id")) for r in kept if r.get("run_id")})
     waived_count = len(waived.records) if waived is not None and waived.records else None
-    stats = header_tiles(kept, groups, not_covered, waived_count)
+    led = causes(groups)  # a group of the same cause as an earlier one is shown inside its card
+    stats = header_tiles(kept, [lead for lead, _ in led], not_covered, waived_count)
     head = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -449,10 +464,11 @@ def render_report(records: list[dict[str, Any]], source: str, files: list[Path] 
     top = groups[0]
     headline = (f'<p>Likely root cause: <b>{_e(_group_title(top))}</b>.</p>'
                 + (f'<p class="hint"><b>hint:</b> {_e(top.hint)}</p>' if top.hint else ""))
-    group_rows = [(f"#{i} {_group_label(g)}", g.records, KIND_COLOURS[g.kind])
-                  for i, g in enumerate(groups[:MAX_LANES], start=1)]
-    lanes_note = (f" The first {MAX_LANES} of {plural(len(groups), 'group')} are drawn."
-                  if len(groups) > MAX_LANES else "")
+    group_rows = [(f"#{i} {_group_label(g)}", [r for member in (g, *followers) for r in member.records],
+                   KIND_COLOURS[g.kind])
+                  for i, (g, followers) in enumerate(led[:MAX_LANES], start=1)]
+    lanes_note = (f" The first {MAX_LANES} of {plural(len(led), 'group')} are drawn."
+                  if len(led) > MAX_LANES else "")
     rank_rows = [(f"rank {rank}", [r for r in kept if _rank(r) == rank], _colour(rank))
                  for rank in ranks[:MAX_LANES]]
     ranks_note = (f'<p class="muted">The first {MAX_LANES} of {len(ranks)} ranks are drawn.</p>'
@@ -462,12 +478,12 @@ def render_report(records: list[dict[str, Any]], source: str, files: list[Path] 
     plots = (
         "<h2>Violations per step</h2>" + per_step_svg(kept)
         + "<h2>Groups over steps</h2>"
-        + f'<p class="muted">One lane per group, in rank order.{lanes_note} {legend}</p>'
+        + f'<p class="muted">One lane per group (with the groups of the same cause), in rank order.{lanes_note} {legend}</p>'
         + lanes_svg(group_rows, kept, "groups over steps")
         + "<h2>Ranks over steps</h2>" + ranks_note + lanes_svg(rank_rows, kept, "ranks over steps")
     )
     cards = "<h2>Groups, likely root cause first</h2>" + "".join(
-        _group_card(i, g) for i, g in enumerate(groups, start=1))
+        _group_card(i, g, followers) for i, (g, followers) in enumerate(led, start=1))
     return head + summary + headline + plots + cards + waived_html + "</main></body></html>\n"
 
 
@@ -487,7 +503,7 @@ def write_report(root: Path, output: Path, skipped: SkippedRecords | None = None
     page = render_report(records, str(root), files, groups, coverage_text(stats), not_covered_count(stats), waived)
     make_output_dir(output.parent)
     output.write_text(page, encoding="utf-8")
-    return len(records), sum(g.count for g in groups), len(groups), len(files)
+    return len(records), sum(g.count for g in groups), len(causes(groups)), len(files)
 
 
 __all__ = ["SkippedRecords", "ViolationFileError", "find_violation_files", "read_violation_file",

@@ -252,6 +252,18 @@ def triage(records: list[dict[str, Any]], invariants: dict[str, Invariant] | Non
     return groups
 
 
+def causes(groups: list[Group]) -> list[tuple[Group, list[Group]]]:
+    """The ranked groups as likely causes: each group that leads (``same_cause_as`` is None)
+    with the later groups of the same cause, in rank order. One fault that breaks a state
+    invariant and an ordering one reads as one cause."""
+    led: dict[int, list[Group]] = {}
+    for group in groups:
+        if group.same_cause_as is not None:
+            led.setdefault(group.same_cause_as, []).append(group)
+    return [(group, led.get(number, [])) for number, group in enumerate(groups, start=1)
+            if group.same_cause_as is None]
+
+
 def _same_cause(group: Group, earlier: list[Group]) -> int | None:
     """The number of the first earlier group of the same usual cause with overlapping steps."""
     if not group.cause or group.first_step is None:
@@ -370,5 +382,5 @@ def _reason(group: Group, position: int, earliest: int | None) -> str:
     return f"{ranked}{when}; {kind}; support {group.support} passing examples in the clean runs"
 
 
-__all__ = ["STEP_WINDOW", "Group", "distinct_violations", "Judged", "describe_patterns", "judged_counts", "name_patterns",
+__all__ = ["STEP_WINDOW", "Group", "causes", "distinct_violations", "Judged", "describe_patterns", "judged_counts", "name_patterns",
            "relation_kind", "triage", "variable_pattern"]

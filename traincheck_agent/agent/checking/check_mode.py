@@ -560,7 +560,7 @@ class CheckSink:
         """The top-ranked group of the first violations, as ``traincheck report`` would rank it:
         its sentence and, where the usual cause is known, the hint."""
         from traincheck_agent.report.sentences import plural
-        from traincheck_agent.report.triage import judged_counts, triage
+        from traincheck_agent.report.triage import causes, judged_counts, triage
 
         coverage = [{"rank": self.rank, "coverage": self.coverage.to_json()}] if self.coverage is not None else []
         groups = triage(self.records, self.by_id, judged_counts(coverage))
@@ -568,4 +568,4 @@ class CheckSink:
             return ""
         top = groups[0]
         hint = f" (hint: {top.hint})" if top.hint else ""
-        return f"; likely cause first ({plural(len(groups), 'group')}): {top.sentence}{hint}"
+        return f"; likely cause first ({plural(len(causes(groups)), 'group')}): {top.sentence}{hint}"
