@@ -38,11 +38,13 @@ LIBRARY_NAMESPACES = ("torch", "deepspeed", "accelerate", "transformers")
 # makes (which loss, whether it logs through a collective, where autocast opens).
 PER_SCRIPT_RELATIONS = ("Threshold", "VarPeriodicChange", "APISequence")
 API_FIELDS = ("api", "child", "between")
-# APIs that run the user's code: what a container, a model wrapper or a data loader returns is
-# what the user's modules, dataset and collate function made, a fact of one script.
+# APIs that run the user's code or objects: what a container, a model wrapper or a data loader
+# returns is what the user's modules, dataset and collate function made, and what an engine's or
+# Accelerate's wrapped optimizer calls is the optimizer the script chose: facts of one script.
 USER_CODE_RUNNERS = ("torch.nn.Module.", "torch.nn.Sequential.", "torch.nn.ModuleList.", "torch.nn.ModuleDict.",
                      "torch.nn.parallel.", "torch.nn.DataParallel.", "torch.distributed.fsdp.",
-                     "torch.utils.data.", "torch._dynamo.", "torch.compile", "deepspeed.runtime.engine.")
+                     "torch.utils.data.", "torch._dynamo.", "torch.compile", "deepspeed.runtime.engine.",
+                     "accelerate.")
 # Subject or precondition fields whose values are names the program chose.
 PROGRAM_NAME_FIELDS = ("variable", "variables", "module", "model")
 CLASS_FIELDS = ("self.type",)  # context features whose values are bare class names

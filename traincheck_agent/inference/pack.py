@@ -37,13 +37,15 @@ def resolve(path: Path) -> Path:
 
 
 def write_pack(invariants: list[Invariant], path: str | Path, *, torch_version: str, agent_version: str,
-               pipelines: list[str], name: str = BUILTIN) -> None:
-    """Write ``invariants`` as a pack: an invariants file (sorted, indented) with a header."""
+               pipelines: list[str], checked_on: list[str], name: str = BUILTIN) -> None:
+    """Write ``invariants`` as a pack: an invariants file (sorted, indented) with a header that
+    names the pipelines it was learned from and those whose clean runs it was checked on."""
     doc = {
         "format": FILE_FORMAT,
         "version": FILE_VERSION,
         "generated_by": f"traincheck-agent {agent_version}",
-        "pack": {"name": name, "version": PACK_VERSION, "torch": torch_version, "pipelines": sorted(pipelines)},
+        "pack": {"name": name, "version": PACK_VERSION, "torch": torch_version, "pipelines": sorted(pipelines),
+                 "checked_on": sorted(checked_on)},
         "sources": sorted(pipelines),
         "invariants": [inv.to_json() for inv in sorted(invariants, key=lambda i: i.id)],
     }
