@@ -50,8 +50,8 @@ DEFAULT_OUTPUT = ROOT / "traincheck_agent" / "packs" / "builtin.json"
 # Accelerate and tensor-parallel pipelines); the held-out bars stay unseen, to test the pack on.
 DEFAULT_CASES = (GENERALIZATION / "cases.py",)
 # Manifests whose clean runs only check the pack (pipelines it does not learn from: a GAN, weight
-# norm, manual tensor parallelism, ...); the other held-out bars stay unseen.
-DEFAULT_VERIFY = (GENERALIZATION / "heldout2" / "cases.py", GENERALIZATION / "heldout5" / "cases.py")
+# norm, manual tensor parallelism, L-BFGS with a closure, ...); the other held-out bars stay unseen.
+DEFAULT_VERIFY = tuple(GENERALIZATION / name / "cases.py" for name in ("heldout2", "heldout5", "heldout7"))
 
 
 @dataclass

@@ -61,7 +61,9 @@ def test_the_rule_keeps_library_facts():
     dtype = _inv("ConsistentOutput", {"api": "torch.nn.Linear.forward", "property": "dtype", "value": "bfloat16"},
                  (Clause("autocast", "cpu:bfloat16"),), **{"self.type": ["Linear"]})
     replicas = _inv("CrossRankConsistent", {"event": "after:optimizer.step", "attribute": "data"})
-    assert [problem(i) for i in (zero_grad, dtype, replicas)] == ["", "", ""]
+    dropout = _inv("ContextArgument", {"api": "torch.nn.functional.dropout", "argument": "training", "value": False},
+                   (Clause("module_training", False),))
+    assert [problem(i) for i in (zero_grad, dtype, replicas, dropout)] == ["", "", "", ""]
 
 
 @pytest.mark.parametrize(("invariant", "why"), [
@@ -80,6 +82,8 @@ def test_the_rule_keeps_library_facts():
                           "between": "torch.optim.SGD.step"}), "facts of one script"),
     (_inv("ConsistentOutput", {"api": "torch.nn.Sequential.forward", "property": "dtype", "value": "float32"}),
      "runs the user's code"),
+    (_inv("ContextArgument", {"api": "torch.nn.TransformerEncoderLayer.forward", "argument": "is_causal",
+                              "value": True}), "what the script passes"),
     (_inv("ConsistentOutput", {"api": "torch.nn.Linear.forward", "property": "dtype", "value": "float32"},
           **{"self.type": ["Linear", "LoRALinearOfMine"]}), "not a library class"),
     (_inv("ConsistentOutput", {"api": "torch.nn.Linear.forward", "property": "dtype", "value": "float32"},

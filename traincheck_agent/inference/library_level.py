@@ -14,6 +14,8 @@ fact of one script:
   script gave it: ``PROGRAM_NAME_FIELDS``), in its subject or in a precondition;
 - every class it names (receivers, ``self.type`` in a precondition or in its domain) is a class
   of a library;
+- the argument value it expects is not one the script passes to a module's ``forward`` (a
+  choice of the script, unlike ``training`` that a module passes to ``F.dropout``);
 - no value anywhere in it mentions ``__main__``.
 
 ``narrowed`` turns an invariant into one that passes the rule where it can: class names of the
@@ -45,6 +47,9 @@ USER_CODE_RUNNERS = ("torch.nn.Module.", "torch.nn.Sequential.", "torch.nn.Modul
                      "torch.nn.parallel.", "torch.nn.DataParallel.", "torch.distributed.fsdp.",
                      "torch.utils.data.", "torch._dynamo.", "torch.compile", "deepspeed.runtime.engine.",
                      "accelerate.")
+# A module's entry points: the arguments they get are what the script passes (``is_causal``,
+# ``need_weights``), its own choices, unlike those a library module passes to a function.
+MODULE_ENTRIES = (".forward", ".__call__")
 # Subject or precondition fields whose values are names the program chose.
 PROGRAM_NAME_FIELDS = ("variable", "variables", "module", "model")
 CLASS_FIELDS = ("self.type",)  # context features whose values are bare class names
@@ -71,6 +76,9 @@ def problem(invariant: Invariant) -> str:
     for name in PROGRAM_NAME_FIELDS:
         if name in subject:
             return f"subject {name} names the program's own objects"
+    api = subject.get("api")
+    if "argument" in subject and "value" in subject and isinstance(api, str) and api.endswith(MODULE_ENTRIES):
+        return f"the {subject['argument']!s:.40} a module's {api.rsplit('.', 1)[-1]} gets is what the script passes"
     for clause in _flat(invariant.precondition):
         if clause.field in PROGRAM_NAME_FIELDS:
             return f"precondition on {clause.field} names the program's own objects"
