@@ -45,7 +45,7 @@ API_FIELDS = ("api", "child", "between")
 # Accelerate's wrapped optimizer calls is the optimizer the script chose: facts of one script.
 USER_CODE_RUNNERS = ("torch.nn.Module.", "torch.nn.Sequential.", "torch.nn.ModuleList.", "torch.nn.ModuleDict.",
                      "torch.nn.parallel.", "torch.nn.DataParallel.", "torch.distributed.fsdp.",
-                     "torch.utils.data.", "torch._dynamo.", "torch.compile", "deepspeed.runtime.engine.",
+                     "torch.utils.data.", "torch._dynamo.", "torch.compile", "deepspeed.runtime.engine.", "deepspeed.runtime.zero.",
                      "accelerate.")
 # A module's entry points: the arguments they get are what the script passes (``is_causal``,
 # ``need_weights``), its own choices, unlike those a library module passes to a function.
