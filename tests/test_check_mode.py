@@ -133,12 +133,12 @@ def test_a_malformed_invariants_file_is_skipped_alone(inv, tmp_path):
     bad.write_text("{not json")
     cases = [(f"{bad}:{inv}", [f"[traincheck] warning: invariants file {bad}: line 1: not valid JSON: "
                                "Expecting property name enclosed in double quotes; this file is skipped"]),
-             # Only bad files (or none at all): one warning, the agent stays off, training runs on.
+             # Only bad files: one warning, the agent stays off, training runs on.
              (str(bad), [f"[traincheck] warning: invariants file {bad}: line 1: not valid JSON: "
                          "Expecting property name enclosed in double quotes; this file is skipped",
                          "[traincheck] warning: no usable invariants file in TRAINCHECK_INV; the agent stays off"]),
-             ("", ["[traincheck] warning: check mode needs TRAINCHECK_INV (invariants files, ':'-separated); "
-                   "the agent stays off"])]
+             # None at all: the built-in pack is checked (tests/test_builtin_pack.py), no warning.
+             ("", [])]
     outs = [tmp_path / f"run{i}" for i in range(len(cases))]
     procs = run_parallel(*[([MLP, "--steps", "3", "--bug", "no-zero-grad"],
                          agent_env("check", out, TRAINCHECK_INV=value))
@@ -148,7 +148,8 @@ def test_a_malformed_invariants_file_is_skipped_alone(inv, tmp_path):
         warnings = [line for line in proc.stderr.splitlines() if line.startswith("[traincheck] warning")]
         assert warnings == said
     assert _violations(outs[0])  # the good file is still checked
-    assert not outs[1].exists() and not outs[2].exists()
+    assert not outs[1].exists()
+    assert "without TRAINCHECK_INV: checking the built-in invariants pack" in procs[2].stderr
 
 
 def test_action_raise_stops_the_training_at_the_next_step(inv, tmp_path):

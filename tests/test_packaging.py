@@ -117,6 +117,7 @@ def test_wheel_holds_hook_at_top_level(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     assert set(HOOK_FILES) <= names
     assert "traincheck_agent/agent/process/role.py" in names
+    assert "traincheck_agent/packs/builtin.json" in names  # TRAINCHECK_INV=builtin needs it
     assert not any(name.startswith("sitecustomize_pkg/") for name in names)
 
 

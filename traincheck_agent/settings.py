@@ -29,7 +29,8 @@ DEFAULT_MAX_TRACE_MB = 4096
 ENV_VARS: dict[str, str] = {
     "TRAINCHECK_MODE": "off (default) | collect | check. Nothing happens unless set.",
     "TRAINCHECK_OUT": "Directory for traces and violation logs (default ./traincheck_out).",
-    "TRAINCHECK_INV": "check mode: invariants files, ':'-separated (required; a bad file is skipped with a warning).",
+    "TRAINCHECK_INV": "check mode: invariants files, ':'-separated; 'builtin' names the built-in pack of library "
+                      "invariants, which is also used when this is unset (a bad file is skipped with a warning).",
     "TRAINCHECK_ACTION": "check mode: log (default) | raise | abort, what a violation does to the training process.",
     "TRAINCHECK_CHECKER": "check mode: auto (default) | process | thread, where the online checker runs; "
                           "auto = a child process when a CPU core is left over by torch's threads "

@@ -28,7 +28,8 @@ def add_parser(commands: Any) -> None:
     )
     check.add_argument("paths", nargs="+", metavar="TRACE", help="trace files or directories")
     check.add_argument("-i", "--invariants", action="append", type=Path, required=True,
-                       metavar="FILE", help="invariants file (repeat for several)")
+                       metavar="FILE", help="invariants file (repeat for several); 'builtin' for the "
+                       "built-in pack of library invariants")
     check.add_argument("--out", type=Path, default=DEFAULT_OUT,
                        help=f"directory for violations-<rank>.jsonl (default ./{DEFAULT_OUT}); "
                        "violations files already there are replaced")
@@ -41,12 +42,18 @@ def add_parser(commands: Any) -> None:
 
 
 def _load_invariants(files: list[Path]) -> dict[str, Any]:
+    from traincheck_agent.inference import pack
     from traincheck_agent.inference.invariant import read_invariants
+    from traincheck_agent.messages import say
 
     by_id: dict[str, Any] = {}
-    for path in files:
+    for named in files:
+        path = pack.resolve(named)
         for inv in read_invariants(path):
             by_id.setdefault(inv.id, inv)
+        mismatch = pack.torch_mismatch(pack.pack_header(path)) if pack.is_builtin(named) else ""
+        if mismatch:
+            say(mismatch)
     return by_id
 
 

@@ -47,7 +47,7 @@ from traincheck_agent.check.waivers import (
 )
 from traincheck_agent.errors import TrainCheckViolation, describe_violation
 from traincheck_agent.exception_text import exception_text
-from traincheck_agent.inference import relations
+from traincheck_agent.inference import pack, relations
 from traincheck_agent.inference.invariant import Invariant, InvariantFileError, read_invariants
 from traincheck_agent.messages import debug, say, warn
 
@@ -79,7 +79,8 @@ def load_invariant_files(paths: Sequence[Path]) -> tuple[list[Invariant], int]:
     many files were usable. A bad file costs one warning naming it and the problem."""
     found: dict[str, Invariant] = {}
     usable = 0
-    for path in paths:
+    for named in paths:
+        path = pack.resolve(named)
         try:
             invariants = read_invariants(path)
         except InvariantFileError as exc:
@@ -89,6 +90,10 @@ def load_invariant_files(paths: Sequence[Path]) -> tuple[list[Invariant], int]:
             warn(f"invariants file {path}: cannot be read ({exception_text(exc)}); this file is skipped")
             continue
         usable += 1
+        if pack.is_builtin(named):
+            mismatch = pack.torch_mismatch(pack.pack_header(path))
+            if mismatch:
+                say(mismatch)
         for inv in invariants:
             found.setdefault(inv.id, inv)
     return list(found.values()), usable
@@ -119,10 +124,12 @@ class CheckSetup(NamedTuple):
 def prepare_check(settings: Settings, policy: Policy) -> CheckSetup | None:
     """Load the invariants and cut ``policy`` down to them; None (after a warning saying why)
     when there is nothing to check, and the agent then stays off."""
-    if not settings.invariant_files:
-        warn("check mode needs TRAINCHECK_INV (invariants files, ':'-separated); the agent stays off")
-        return None
-    invariants, usable = load_invariant_files(settings.invariant_files)
+    files = settings.invariant_files
+    if not files:
+        say(f"check mode without TRAINCHECK_INV: checking the built-in invariants pack "
+            f"(TRAINCHECK_INV={pack.BUILTIN}; learn your own with traincheck infer)")
+        files = (Path(pack.BUILTIN),)
+    invariants, usable = load_invariant_files(files)
     if usable == 0:
         warn("no usable invariants file in TRAINCHECK_INV; the agent stays off")
         return None
