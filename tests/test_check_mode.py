@@ -112,7 +112,7 @@ def test_forgotten_zero_grad_is_caught_at_step_1(inv, tmp_path):
     assert summary == [f"[traincheck] check summary (rank 0): {len(violations)} violations of 2 invariants "
                        f"({finds_zero} x{len(stale)}, {sequence[0]['invariant']} x3); "
                        f"{len(read_invariants(inv))} invariants checked; details in {out / 'violations-0.jsonl'}; "
-                       f"likely cause first (2 groups): backward found grads left over from an earlier step on "
+                       f"likely cause first (1 group): backward found grads left over from an earlier step on "
                        f"6 of 6 parameters of `model` at step 1, again up to step 3 (hint: grads were not cleared "
                        f"before backward: is `optimizer.zero_grad()` called every step?)"]
 
