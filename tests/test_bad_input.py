@@ -447,7 +447,7 @@ def test_report_skips_a_bad_violation_record_naming_it(case, tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     [line] = proc.stderr.splitlines()
     assert line == f"traincheck: error: {path}:{case.problem} (1 bad record(s) skipped, the first shown)"
-    assert "1 violations (2 records)" in proc.stdout and report.is_file()
+    assert "1 violation (2 records)" in proc.stdout and report.is_file()
     assert took < HOSTILE_LIMIT_S
 
 
