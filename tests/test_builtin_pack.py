@@ -55,6 +55,14 @@ def _inv(relation: str, subject: dict, precondition: tuple[Clause, ...] = (), **
     return Invariant(relation, subject, precondition, domain=domain)
 
 
+def test_invariants_show_lists_the_pack(capsys):
+    assert main(["invariants", "show", "builtin", "--relation", "CrossRankConsistent"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    wanted = [i for i in read_invariants(pack.builtin_pack_path()) if i.relation == "CrossRankConsistent"]
+    assert wanted and lines[-1] == f"{len(wanted)} of {len(read_invariants(pack.builtin_pack_path()))} invariants"
+    assert all(line.split()[1] == "CrossRankConsistent" for line in lines[:-1])
+
+
 def test_the_rule_keeps_library_facts():
     zero_grad = _inv("StateTransition", {"event": "zero_grad", "attribute": "grad", "effect": "becomes_zero"},
                      (Clause("first_in_step", True),), dtype=["float32"])

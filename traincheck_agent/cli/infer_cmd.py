@@ -48,7 +48,7 @@ def add_parser(commands: Any) -> None:
     sub = invariants.add_subparsers(dest="invariants_command", metavar="SUBCOMMAND")
     show = sub.add_parser("show", help="list the invariants of a file",
                           description="List the invariants of a file, one per line.")
-    show.add_argument("file", type=Path, help="invariants file")
+    show.add_argument("file", type=Path, help="invariants file (or builtin: the built-in pack)")
     show.add_argument("--relation", help="only this relation")
     show.add_argument("--api", help="only invariants about this API / event (substring)")
     show.set_defaults(handler=run_show)
@@ -149,9 +149,10 @@ def _tell_what_was_missing(facts: Any) -> None:
 
 def run_show(args: argparse.Namespace) -> int:
     from traincheck_agent.inference.invariant import InvariantFileError, read_invariants
+    from traincheck_agent.inference.pack import resolve
 
     try:
-        invariants = read_invariants(args.file)
+        invariants = read_invariants(resolve(args.file))
     except InvariantFileError as exc:
         return fail(str(exc))
     shown = 0
