@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, run_parallel, run_python
+from conftest import PIPELINES, agent_env, run_parallel, run_python, violations_in
 
 from traincheck_agent.check.offline import check_offline
 from traincheck_agent.inference.engine import infer_invariants
@@ -153,5 +153,5 @@ def test_the_deepspeed_launcher_runs_the_same_checks(reference):
     assert "check summary (rank 1): no violations" in clean.stderr
     log = root / "ds_drift" / "violations-0.jsonl"
     assert log.exists(), drift.stderr
-    [record] = [json.loads(line) for line in log.read_text().splitlines()]
+    [record] = violations_in(log)
     assert (record["step"], record["variable"], record["ranks"]) == (3, "model.1.weight", [0, 1])

@@ -18,6 +18,10 @@ from pathlib import Path
 import pytest
 from conftest import PIPELINES, agent_env, run_parallel, run_python
 
+from traincheck_agent.report.html import read_violations
+from traincheck_agent.report.sentences import plural
+from traincheck_agent.report.triage import Group, causes, judged_counts, triage
+
 # Child processes: real training under the agent, and the CLI.
 pytestmark = pytest.mark.slow
 
@@ -36,6 +40,14 @@ def _violations(out: Path) -> list[dict]:
     records = [json.loads(line) for path in sorted(out.glob("violations-*.jsonl"))
                for line in path.read_text().splitlines()]
     return [r for r in records if r.get("event") != "coverage"]
+
+
+def _groups(out: Path, rank: int | None = None) -> list[Group]:
+    """The ranked groups of a check's violations (of one rank's file when ``rank`` is given),
+    with the examples judged where they broke, as the check's own summary ranks them."""
+    stats: list[dict] = []
+    records, _ = read_violations(out if rank is None else out / f"violations-{rank}.jsonl", stats)
+    return triage(records, judged=judged_counts(stats))
 
 
 def _summaries(stderr: str) -> list[str]:
@@ -72,9 +84,11 @@ def test_hf_trainer_without_callbacks_end_to_end(tmp_path):
     unapplied = {r["variable"] for r in found if r["relation"] == "GradApplied"}
     assert {"model.transformer.wte.weight", "model.transformer.ln_f.weight"} <= unapplied
     assert not any(".transformer.h." in name for name in unapplied)  # the optimizer's own
+    groups = _groups(bug)
+    top = groups[0]
+    assert (top.relation, top.first_step) == ("GradApplied", 0)
     [summary] = _summaries(bug_proc.stderr)
-    cause = summary.split("likely cause first", 1)[1]
-    assert cause.split(":", 1)[1].lstrip().startswith("GradApplied") and "from step 0" in cause
+    assert f"likely cause first ({plural(len(causes(groups)), 'group')}): {top.sentence}" in summary
 
 
 def test_spawned_ranks_end_to_end(tmp_path):
@@ -103,6 +117,7 @@ def test_spawned_ranks_end_to_end(tmp_path):
     first = [r for r in drift if r["step"] == 2]
     assert {r["evidence"]["subject"]["event"] for r in first} >= {"before:optimizer.step"}
     assert not any(r["evidence"]["subject"]["event"] == "after:backward" for r in first)  # DDP's average held
+    top = _groups(bug, rank=0)[0]  # rank 0 compares the ranks, and its summary says so
+    assert (top.relation, top.subject, top.first_step) == ("CrossRankConsistent", "before:optimizer.step", 2)
     [summary] = [s for s in _summaries(bug_proc.stderr) if "(rank 0)" in s]
-    cause = summary.split("likely cause first", 1)[1]
-    assert "before:optimizer.step" in cause.split(";")[0] and "from step 2" in cause.split(";")[0], summary
+    assert f": {top.sentence}" in summary.split("likely cause first", 1)[1], summary
