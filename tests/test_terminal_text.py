@@ -65,7 +65,7 @@ def hostile_run(tmp_path_factory) -> dict[str, object]:
 def test_check_mode_shows_hostile_names_escaped(hostile_run):
     output = str(hostile_run["check_output"])
     _assert_safe_for_a_terminal(output)
-    assert "(model.\\n[traincheck] forged\\x1b[31m.weight)" in output  # the parameter, escaped
+    assert "model.\\n[traincheck] forged\\x1b[31m.weight" in output  # the parameter, escaped
     assert "[traincheck] check summary (rank 0): " in output
     log = Path(hostile_run["root"]) / "check" / "violations-0.jsonl"
     assert f"model.{HOSTILE_NAME}.weight" in _variables(log)  # the file keeps the exact name
