@@ -88,6 +88,20 @@ def _readable_traces(paths: list[str]) -> tuple[list[Path], list[Path]]:
     return found, readable
 
 
+def readable_traces_or_problem(paths: list[str]) -> tuple[list[Path], str]:
+    """``_readable_traces`` for a command: the readable trace files, or what is wrong with
+    ``paths`` in words (for ``fail``) when there are none or one cannot be read."""
+    try:
+        found, readable = _readable_traces(paths)
+    except (FileNotFoundError, TraceFormatError) as exc:
+        return [], str(exc)
+    except OSError as exc:
+        return [], f"{exc.filename or ''}: {exc.strerror or exc}"
+    if not readable:
+        return [], f"no {'readable ' if found else ''}trace files under {' '.join(paths)}"
+    return readable, ""
+
+
 def run_infer(args: argparse.Namespace) -> int:
     from traincheck_agent.cli.progress import ProgressBar
     from traincheck_agent.inference.engine import InferenceFacts, infer_invariants
@@ -102,14 +116,9 @@ def run_infer(args: argparse.Namespace) -> int:
         return fail("--references and --json go with --update FILE")
     args.output = args.output or Path("invariants.json")
     started = time.perf_counter()
-    try:
-        found, readable = _readable_traces(args.paths)
-    except (FileNotFoundError, TraceFormatError) as exc:
-        return fail(str(exc))
-    except OSError as exc:
-        return fail(f"{exc.filename or ''}: {exc.strerror or exc}")
-    if not readable:
-        return fail(f"no {'readable ' if found else ''}trace files under {' '.join(args.paths)}")
+    readable, problem = readable_traces_or_problem(args.paths)
+    if problem:
+        return fail(problem)
     bar = ProgressBar("inferring", enabled=args.progress)
     facts = InferenceFacts()
     try:

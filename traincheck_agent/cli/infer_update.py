@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from traincheck_agent.cli.errors import fail
-from traincheck_agent.cli.infer_cmd import _readable_traces, _tell_what_was_missing
+from traincheck_agent.cli.infer_cmd import _tell_what_was_missing, readable_traces_or_problem
 from traincheck_agent.terminal_text import write_line
 from traincheck_agent.trace.reader import TraceFormatError
 
@@ -27,14 +27,9 @@ def run_update(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     output = args.output or args.update
-    try:
-        found, readable = _readable_traces(args.paths)
-    except (FileNotFoundError, TraceFormatError) as exc:
-        return fail(str(exc))
-    except OSError as exc:
-        return fail(f"{exc.filename or ''}: {exc.strerror or exc}")
-    if not readable:
-        return fail(f"no {'readable ' if found else ''}trace files under {' '.join(args.paths)}")
+    readable, problem = readable_traces_or_problem(args.paths)
+    if problem:
+        return fail(problem)
     bar = ProgressBar("updating", enabled=args.progress)
     facts = InferenceFacts()
     try:
