@@ -210,6 +210,22 @@ def test_files_in_the_working_directory_cannot_replace_the_hook(hostile_dir, tmp
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("checker", ["thread", "process"])
+def test_files_in_the_working_directory_cannot_replace_the_checker(hostile_dir, tmp_path, checker):
+    """Check mode with its checker in a child process: that child starts by module name, and in
+    the training's folder a ``traincheck_agent`` lying there would be the one it ran."""
+    marker = tmp_path / "hostile-ran"
+    env = agent_env("check", tmp_path / "out", HOSTILE_MARKER=str(marker), TRAINCHECK_INV="builtin",
+                    TRAINCHECK_CHECKER=checker)
+    env.pop("PYTHONPATH", None)
+    code = "import torch\nx = torch.nn.Linear(2, 2)\nx(torch.ones(1, 2)).sum().backward()\n" + PROBE_SCRIPT
+    proc = subprocess.run([sys.executable, "-c", code], cwd=hostile_dir, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert not marker.exists(), marker.read_text()
+
+
+@pytest.mark.slow
 def test_installed_gate_is_the_one_that_runs(hostile_dir, tmp_path):
     code = PROBE_SCRIPT + "print(json.dumps(sys.modules['traincheck_agent_startup'].__file__))\n"
     env = agent_env("collect", tmp_path / "out", HOSTILE_MARKER=str(tmp_path / "m"))

@@ -63,11 +63,15 @@ def spare_core(env: Mapping[str, str] | None = None, cores: int | None = None) -
     return cores > threads * local_processes
 
 
+def _package_root() -> str:
+    """The folder that holds the agent's package, where it is installed."""
+    return str(Path(traincheck_agent.__file__).resolve().parent.parent)
+
+
 def _child_env() -> dict[str, str]:
     # The agent stays off in the child; only the checker's own test switch goes along.
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINCHECK_") or k == faults.ENV}
-    package_root = str(Path(traincheck_agent.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
     return env
 
 
@@ -93,9 +97,12 @@ class CheckerProcess:
         executable = sys.executable
         if not executable:
             raise OSError("no Python executable to start the checker with")
+        # ``-m`` puts the working directory first on the child's path: started in the training's
+        # folder, a ``traincheck_agent`` lying there would run in place of ours. It starts in the
+        # folder that holds the installed package instead (it reads and writes no files).
         self.proc = subprocess.Popen(
             [executable, "-m", "traincheck_agent.agent.checking.checker_worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env(), bufsize=0,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env(), cwd=_package_root(), bufsize=0,
         )
         assert self.proc.stdin is not None
         self._stdin = self.proc.stdin.fileno()
