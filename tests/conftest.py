@@ -18,6 +18,51 @@ from traincheck_agent.trace.reader import TraceFile, find_trace_files
 
 PIPELINES = Path(__file__).parent / "pipelines"
 
+# Under pytest-xdist every worker starts training children of its own. Each child would size its
+# OpenMP pool to every core, and pools that outnumber the cores spin against each other: on two
+# cores one thread per child made the heavy modules a sixth faster. Numerics are compared only
+# between runs of one test, which all see the same setting.
+# xdist also puts its rootdir in front of PYTHONPATH, with an empty entry after it when there was
+# none: a child would read that as "the current directory", which the tests of what a working
+# directory can inject must not see. Children get the PYTHONPATH the suite was started with.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    _XDIST_ENTRY = os.getcwd() + os.pathsep
+    if os.environ.get("PYTHONPATH", "").startswith(_XDIST_ENTRY):
+        _rest = os.environ["PYTHONPATH"][len(_XDIST_ENTRY):]
+        if _rest:
+            os.environ["PYTHONPATH"] = _rest
+        else:
+            del os.environ["PYTHONPATH"]
+
+
+# The longest modules, longest first, as a serial run's --durations measured them (seconds, on
+# 2 cores). Under pytest-xdist each worker takes whole modules in collection order; handing these
+# out first keeps a long one from starting last while the other core idles. A module missing
+# here only runs later.
+LONG_MODULES = ("test_deepspeed.py",          # 124
+                "test_collect_mode.py",       # 100
+                "test_fault_isolation.py",    # 95
+                "test_parallel_groups.py",    # 83
+                "test_resource_bounds.py",    # 76
+                "test_rank_exchange.py",      # 67
+                "test_check_mode.py",         # 64
+                "test_generalization.py",     # 53
+                "test_bad_input.py",          # 51
+                "test_accelerate.py",         # 44
+                "test_inference.py",          # 42
+                "test_builtin_pack.py",       # 41
+                "test_torch_compile.py",      # 35
+                "test_online_checker.py",     # 34
+                "test_security.py")           # 32
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    rank = {name: i for i, name in enumerate(LONG_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
 
 def agent_env(mode: str | None, out_dir: Path | None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINCHECK_")}
@@ -255,33 +300,43 @@ TORCHRUN = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone"]
 
 class SharedTorchrunTraces:
     """Traces of 2-rank torchrun collections that several test modules read, each collected once
-    per session (a torchrun run is three processes importing torch). A trace folder is made
+    per session (a torchrun run is three processes importing torch), whichever pytest-xdist worker
+    asks first; the others wait on a lock file and read the same folder. A trace folder is made
     read-only once collected: tests read it and write their own output elsewhere."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.stderr: dict[Path, str] = {}
-        self._done: dict[tuple[str, ...], Path] = {}
 
     def __call__(self, script: str, *args: str) -> Path:
-        key = (script, *args)
-        if key not in self._done:
-            out = self.root / f"run{len(self._done)}"
-            proc = run_python([*TORCHRUN, str(PIPELINES / script), *args],
-                              agent_env("collect", out, OMP_NUM_THREADS="1"))
-            assert proc.returncode == 0, proc.stderr
-            for folder in (out, *(p for p in out.rglob("*") if p.is_dir())):
-                folder.chmod(0o555)
-            self.stderr[out] = proc.stderr
-            self._done[key] = out
-        return self._done[key]
+        import fcntl
+        import hashlib
+
+        key = "\0".join((script, *args))
+        out = self.root / f"run-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+        stderr_file = out.with_suffix(".stderr")
+        with open(out.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not stderr_file.exists():
+                proc = run_python([*TORCHRUN, str(PIPELINES / script), *args],
+                                  agent_env("collect", out, OMP_NUM_THREADS="1"))
+                assert proc.returncode == 0, proc.stderr
+                for folder in (out, *(p for p in out.rglob("*") if p.is_dir())):
+                    folder.chmod(0o555)
+                stderr_file.write_text(proc.stderr)
+        self.stderr[out] = stderr_file.read_text()
+        return out
 
 
 @pytest.fixture(scope="session")
 def torchrun_traces(tmp_path_factory) -> SharedTorchrunTraces:
     """``torchrun_traces("ddp_train.py", "--steps", "6")``: the folder of that run's traces
-    (collect mode, ``OMP_NUM_THREADS=1``), collected on first use in the session."""
-    return SharedTorchrunTraces(tmp_path_factory.mktemp("torchrun_traces"))
+    (collect mode, ``OMP_NUM_THREADS=1``), collected on first use in the session. Under
+    pytest-xdist the folder lies beside the workers' own, so that all of them share it."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "torchrun_traces"
+    root.mkdir(exist_ok=True)
+    return SharedTorchrunTraces(root)
 
 
 def violations_in(path: Path) -> list[dict[str, Any]]:
