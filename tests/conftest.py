@@ -57,6 +57,13 @@ LONG_MODULES = ("test_deepspeed.py",          # 124
                 "test_security.py")           # 32
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist would otherwise reorder the modules by their number of tests, which says little of
+    # their length (a hundred bad-input cases take a minute, seven DeepSpeed runs two).
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
