@@ -119,7 +119,10 @@ def test_forgotten_zero_grad_is_caught_in_the_first_iteration_it_matters(runs):
     sequence = [v for v in all_violations if v["relation"] == "APISequence"]
     assert [v["step"] for v in sequence] == [1, 2, 3]
     assert all(v["api"] == "torch.optim.Optimizer.zero_grad" for v in sequence)
-    assert {v["relation"] for v in all_violations} == {"StateTransition", "APISequence"}
+    # And the step applies the stale grads: every parameter, from the second step on.
+    cleared = [v for v in all_violations if v["relation"] == "GradCleared"]
+    assert [v["step"] for v in cleared] == [1] * 6 + [2] * 6 + [3] * 6
+    assert {v["relation"] for v in all_violations} == {"StateTransition", "APISequence", "GradCleared"}
     assert {v["variable"] for v in violations if v["step"] == 1} == {
         "model.backbone.0.weight", "model.backbone.0.bias", "model.backbone.2.weight", "model.backbone.2.bias",
         "model.head.weight", "model.head.bias"}

@@ -42,6 +42,15 @@ def marker_hash(h: Any) -> bool:
     return isinstance(h, str) and h.endswith(":")
 
 
+def param_features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """What a parameter's snapshot record says of it that a precondition may read: its kind,
+    the phase, and the descriptive attributes it carries."""
+    attrs = record.get("attrs") or {}
+    out = {"vtype": record.get("vtype"), "phase": record.get("phase")}
+    out.update((name, attrs[name]) for name in DESCRIPTIVE_ATTRS if name in attrs)
+    return tuple(sorted(out.items()))
+
+
 def value_class(fingerprint: dict[str, Any] | None) -> str:
     """The symbolic class of a tensor value: none, zero, nonfinite or nonzero."""
     if fingerprint is None:

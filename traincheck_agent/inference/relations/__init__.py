@@ -29,6 +29,7 @@ MODULES = {
     "ConsistentInputOutput": "input_output",
     "CrossRankValue": "cross_rank_values",
     "GradApplied": "grad_applied",
+    "GradCleared": "grad_cleared",
     "AutocastRegion": "autocast_region",
     "UpdateMode": "update_mode",
 }

@@ -44,6 +44,7 @@ from traincheck_agent.inference.examples import (
     NONZERO,
     ZERO,
     LearningRates,
+    param_features,
     unfingerprinted,
     update_negligible,
     value_class,
@@ -99,13 +100,6 @@ class AppliedExample(NamedTuple):
         return dict(self.features)
 
 
-def _features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    attrs = record.get("attrs") or {}
-    out = {"vtype": record.get("vtype"), "phase": record.get("phase")}
-    out.update((name, attrs[name]) for name in DESCRIPTIVE_ATTRS if name in attrs)
-    return tuple(sorted(out.items()))
-
-
 class Collector(StreamCollector):
     def __init__(self, source: TraceSource) -> None:
         super().__init__(source)
@@ -152,7 +146,7 @@ class Collector(StreamCollector):
         var, attrs = str(record.get("var")), record.get("attrs") or {}
         if where == GRAD_POINT:
             if attrs.get("requires_grad") is not False and value_class(attrs.get("grad")) == NONZERO:
-                self.grads[var] = _features(record)
+                self.grads[var] = param_features(record)
                 if unfingerprinted(attrs.get("grad")):
                     self.unknown.add(var)
         elif where == BEFORE_STEP:

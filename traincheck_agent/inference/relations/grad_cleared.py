@@ -1,0 +1,153 @@
+"""GradCleared, a model-level relation: "the grad an optimizer step applies to a parameter was
+cleared since that parameter's previous step".
+
+A forgotten ``zero_grad`` adds every step's grad to all the ones before: no error, a loss that
+still falls at first. Per-call transitions cannot tell it from correct programs. "backward finds
+the grad zero" fails where a GAN's generator loss runs backward through the discriminator, and
+where gradient accumulation runs several backwards per step. What every correct loop shares is
+that no grad is applied twice: between two steps over a parameter its grad is cleared, by an
+optimizer's or a module's ``zero_grad``, by setting it to None, or by a step that clears it.
+
+One example per parameter and optimizer step call that receives a non-zero grad for it, when the
+parameter's previous step was in the iteration just before: it passes when some snapshot since
+that step showed the grad None or zero (after a ``zero_grad``, before a backward, wherever the
+policy snapshots grads). The example is complete at the step's before-snapshot, so a checker
+judges it before the step runs. A parameter's first step gives none (the trace may begin mid-run),
+and neither does a step after a gap in the snapshots (sampled steps) or a second step over the
+same parameter in one iteration (two optimizers holding it). Grads without a fingerprint say
+neither that they were cleared nor that they were applied.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from traincheck_agent.inference.examples import (
+    DESCRIPTIVE_ATTRS,
+    NONE,
+    ZERO,
+    param_features,
+    unfingerprinted,
+    value_class,
+)
+from traincheck_agent.inference.invariant import Invariant
+from traincheck_agent.inference.preconditions import (
+    deduce_scopes,
+    domain_of,
+    enough_support,
+    holds_all,
+    with_condition,
+)
+from traincheck_agent.inference.relations import Needs
+from traincheck_agent.inference.stream import Collector as StreamCollector
+from traincheck_agent.inference.stream import TraceSource
+from traincheck_agent.trace.schema import KIND_STATE
+
+RELATION = "GradCleared"
+LEARNS_FROM = "optimizer steps over parameters whose grads are snapshotted between steps"  # what its examples come from: said when it learns nothing
+ID_PREFIX = "gc"  # of its invariants' ids
+SUBJECT_FIELDS = ("event", "attribute", "effect")  # the subject fields it reads when it checks
+TRIAGE_KIND = "state"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
+READS = (KIND_STATE,)  # the record kinds its collector reads
+MIN_PASSING = 5
+MIN_STEPS = 2
+KEY = "params"  # one group: every parameter of every model
+EVENT = "optimizer.step"
+BEFORE_STEP, AFTER_STEP = f"before:{EVENT}", f"after:{EVENT}"
+# Where a cleared grad shows: after a zero_grad, before a backward (a grad set to None by hand),
+# and the steps themselves (an optimizer that clears what it applied).
+CLEARING_POINTS = ("after:zero_grad", "before:backward", BEFORE_STEP, AFTER_STEP)
+EFFECT = "cleared_between_steps"
+DOMAIN_FIELDS = ("vtype", "phase", *DESCRIPTIVE_ATTRS)
+DESCRIPTION = "the grad an optimizer step applies was cleared (zero_grad, or set to None) since the parameter's previous step"
+
+
+class ClearedExample(NamedTuple):
+    var: str
+    step: int
+    trace: str
+    cleared: bool
+    features: tuple[tuple[str, Any], ...]
+
+    def feature_map(self) -> dict[str, Any]:  # FeatureExample's: a NamedTuple cannot inherit it
+        return dict(self.features)
+
+
+class Collector(StreamCollector):
+    def __init__(self, source: TraceSource) -> None:
+        super().__init__(source)
+        self.last_step: dict[str, int] = {}  # each parameter's iteration of its last step with a grad
+        self.cleared: dict[str, bool] = {}  # whether a snapshot since then showed its grad cleared
+
+    def feed(self, record: dict[str, Any]) -> list[ClearedExample]:
+        if record.get("kind") != KIND_STATE or record.get("vtype") != "Parameter":
+            return []
+        attrs = record.get("attrs") or {}
+        if "grad" not in attrs or record.get("where") not in CLEARING_POINTS:
+            return []
+        grad = attrs["grad"]
+        if grad is not None and unfingerprinted(grad):
+            return []
+        var = str(record.get("var"))
+        if value_class(grad) in (NONE, ZERO):
+            self.cleared[var] = True
+            return []
+        step = record.get("step")
+        if record.get("where") != BEFORE_STEP or not isinstance(step, int) or step < 0:
+            return []
+        # A step receives a grad: it must be cleared before the parameter's next step.
+        previous, cleared = self.last_step.get(var), self.cleared.get(var, False)
+        self.last_step[var], self.cleared[var] = step, False
+        if previous is None or previous != step - 1:
+            return []
+        return [ClearedExample(var, step, self.source.label, cleared, param_features(record))]
+
+
+def key_of(example: ClearedExample) -> str:
+    return KEY
+
+
+def invariant_key(invariant: Invariant) -> str:
+    return KEY
+
+
+def infer(groups: dict[str, list[ClearedExample]], sources: tuple[str, ...]) -> list[Invariant]:
+    group = groups.get(KEY, [])
+    passing = [e for e in group if e.cleared]
+    if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
+        return []
+    features = [e.feature_map() for e in passing]
+    invariants = []
+    for scope in deduce_scopes(features, [e.feature_map() for e in group if not e.cleared],
+                               [e.trace for e in passing]):
+        kept = [passing[i] for i in scope.passing]
+        if not enough_support([e.step for e in kept], MIN_PASSING, MIN_STEPS):
+            continue
+        invariants.append(Invariant(
+            relation=RELATION,
+            subject={"event": EVENT, "attribute": "grad", "effect": EFFECT},
+            precondition=tuple(scope.precondition),
+            support={"passing": len(kept), "excluded": len(group) - len(kept),
+                     "steps": len({e.step for e in kept}), "variables": len({e.var for e in kept})},
+            description=with_condition(DESCRIPTION, scope.precondition),
+            sources=sources,
+            domain=domain_of([features[i] for i in scope.passing], DOMAIN_FIELDS),
+        ))
+    return invariants
+
+
+def violates(invariant: Invariant, e: ClearedExample) -> bool:
+    return not e.cleared and holds_all(invariant.precondition, e.feature_map())
+
+
+def violation(invariant: Invariant, ex: ClearedExample) -> dict[str, Any]:
+    why = (f"{ex.var} reached the step at step {ex.step} with a grad that was never cleared since its step at "
+           f"step {ex.step - 1}: the step applies the earlier grads again (is zero_grad called every step?)")
+    return {"step": ex.step, "api": EVENT, "variable": ex.var, "trace": ex.trace,
+            "message": f"{invariant.description}: {why}"}
+
+
+def needs(req: Needs, inv: Invariant) -> None:
+    """The grads wherever they can show cleared, and those the steps receive."""
+    for point in CLEARING_POINTS:
+        req.need_state(point, req.items_for(point, "grad"))
