@@ -374,8 +374,12 @@ class TraceWriter:
                 return not self._disabled  # with a sink, only the file stopped
             header = opened
         if self._max_bytes is not None and self._written + len(header) + len(data) > self._max_bytes:
-            self._start_capping(len(batch))
-            data = b""  # the header alone, so that the file stays readable
+            # The whole lines that still fit are written, so the file keeps the longest beginning
+            # of the run the limit allows, whatever the batches were; at least the header, so
+            # that it stays readable.
+            cut = data.rfind(b"\n", 0, max(0, self._max_bytes - self._written - len(header))) + 1
+            self._start_capping(data.count(b"\n", cut))
+            data = data[:cut]
         data = header + data
         try:
             write_all(self._fd, data)
