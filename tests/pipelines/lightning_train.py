@@ -53,16 +53,19 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     parser.add_argument("--bug", choices=["none", "head-not-optimized", "no-zero-grad"], default="none")
+    parser.add_argument("--accumulate", type=int, default=1,
+                        help="accumulate_grad_batches: batches per optimizer step (the others run outside it)")
     args = parser.parse_args()
 
     warnings.filterwarnings("ignore")  # Lightning's advice (workers, logging) is not under test
     L.seed_everything(args.seed, verbose=False)
     gen = torch.Generator().manual_seed(args.seed + 1)
-    x = torch.randn(64, 16, generator=gen)
-    y = torch.randint(0, 4, (64,), generator=gen)
+    x = torch.randn(64 * args.accumulate, 16, generator=gen)
+    y = torch.randint(0, 4, (64 * args.accumulate,), generator=gen)
     loader = DataLoader(TensorDataset(x, y), batch_size=16)
     model = Classifier(args.lr, args.optimizer, args.bug)
     trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=args.steps, logger=False,
+                        accumulate_grad_batches=args.accumulate,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(model, loader)
     print(json.dumps({"losses": model.losses}))
