@@ -100,3 +100,11 @@ def test_an_unhashed_grad_and_a_second_step_in_one_iteration_give_no_example():
     assert _examples([*_iteration(0, True), *_iteration(1, True, grad="unhashed")]) == []
     second = [_state("before:optimizer.step", "w", 0, "nonzero", call=9)]
     assert [(e.step, e.cleared) for e in _examples([*_iteration(0, True), *second, *_iteration(1, True)])] == [(1, True)]
+
+
+def test_a_grad_the_program_assigns_is_not_judged():
+    """``p.grad = ...`` with no backward (averaged in from worker copies, say): replacing the grad
+    is that program's way of clearing it."""
+    assigned = [[_state("before:optimizer.step", "w", step, "nonzero", call=step),
+                 _state("after:optimizer.step", "w", step, "nonzero", call=step)] for step in range(4)]
+    assert _examples([r for records in assigned for r in records]) == []

@@ -9,9 +9,11 @@ that no grad is applied twice: between two steps over a parameter its grad is cl
 optimizer's or a module's ``zero_grad``, by setting it to None, or by a step that clears it.
 
 One example per parameter and optimizer step call that receives a non-zero grad for it, when the
-parameter's previous step was in the iteration just before: it passes when some snapshot since
-that step showed the grad None or zero (after a ``zero_grad``, before a backward, wherever the
-policy snapshots grads). The example is complete at the step's before-snapshot, so a checker
+parameter's previous step was in the iteration just before and a backward has added to its grad
+since: it passes when some snapshot since that step showed the grad None or zero (after a
+``zero_grad``, before a backward, wherever the policy snapshots grads). A grad no backward touched
+is one the program assigned (``p.grad = ...``, averaged in from another model): replacing it is
+its way of clearing. The example is complete at the step's before-snapshot, so a checker
 judges it before the step runs. A parameter's first step gives none (the trace may begin mid-run),
 and neither does a step after a gap in the snapshots (sampled steps) or a second step over the
 same parameter in one iteration (two optimizers holding it). Grads without a fingerprint say
@@ -54,9 +56,11 @@ MIN_STEPS = 2
 KEY = "params"  # one group: every parameter of every model
 EVENT = "optimizer.step"
 BEFORE_STEP, AFTER_STEP = f"before:{EVENT}", f"after:{EVENT}"
+AFTER_BACKWARD = "after:backward"
 # Where a cleared grad shows: after a zero_grad, before a backward (a grad set to None by hand),
 # and the steps themselves (an optimizer that clears what it applied).
 CLEARING_POINTS = ("after:zero_grad", "before:backward", BEFORE_STEP, AFTER_STEP)
+POINTS = (*CLEARING_POINTS, AFTER_BACKWARD)  # and where a backward has added to the grad
 EFFECT = "cleared_between_steps"
 DOMAIN_FIELDS = ("vtype", "phase", *DESCRIPTIVE_ATTRS)
 DESCRIPTION = "the grad an optimizer step applies was cleared (zero_grad, or set to None) since the parameter's previous step"
@@ -78,27 +82,33 @@ class Collector(StreamCollector):
         super().__init__(source)
         self.last_step: dict[str, int] = {}  # each parameter's iteration of its last step with a grad
         self.cleared: dict[str, bool] = {}  # whether a snapshot since then showed its grad cleared
+        self.accumulated: set[str] = set()  # parameters a backward has added to since then
 
     def feed(self, record: dict[str, Any]) -> list[ClearedExample]:
         if record.get("kind") != KIND_STATE or record.get("vtype") != "Parameter":
             return []
         attrs = record.get("attrs") or {}
-        if "grad" not in attrs or record.get("where") not in CLEARING_POINTS:
+        where = record.get("where")
+        if "grad" not in attrs or where not in POINTS:
             return []
         grad = attrs["grad"]
         if grad is not None and unfingerprinted(grad):
             return []
         var = str(record.get("var"))
+        if where == AFTER_BACKWARD:
+            self.accumulated.add(var)
         if value_class(grad) in (NONE, ZERO):
             self.cleared[var] = True
             return []
         step = record.get("step")
-        if record.get("where") != BEFORE_STEP or not isinstance(step, int) or step < 0:
+        if where != BEFORE_STEP or not isinstance(step, int) or step < 0:
             return []
         # A step receives a grad: it must be cleared before the parameter's next step.
         previous, cleared = self.last_step.get(var), self.cleared.get(var, False)
+        accumulated = var in self.accumulated
         self.last_step[var], self.cleared[var] = step, False
-        if previous is None or previous != step - 1:
+        self.accumulated.discard(var)
+        if previous is None or previous != step - 1 or not accumulated:
             return []
         return [ClearedExample(var, step, self.source.label, cleared, param_features(record))]
 
@@ -149,5 +159,5 @@ def violation(invariant: Invariant, ex: ClearedExample) -> dict[str, Any]:
 
 def needs(req: Needs, inv: Invariant) -> None:
     """The grads wherever they can show cleared, and those the steps receive."""
-    for point in CLEARING_POINTS:
+    for point in POINTS:
         req.need_state(point, req.items_for(point, "grad"))
