@@ -42,7 +42,7 @@ class Case:
     """One bad input. ``make(tmp, ref)`` writes it and returns the path (or env value) to pass."""
 
     id: str
-    kind: str  # "invariants" | "trace" | "violations" | "policy" | "env"
+    kind: str  # "invariants" | "trace" | "violations" | "waivers" | "references" | "policy" | "env"
     input: str  # what the input is, for the doc
     make: Callable[[Path, dict], str]
     problem: str  # text the message must contain, besides the file's name
@@ -116,6 +116,29 @@ def _violations(name: str, bad: str):
     return lambda tmp, ref: _write(tmp, f"violations/{name}/violations-0.jsonl", f"{good}\n{bad}\n{good}\n")
 
 
+def _waivers(name: str, text: str):
+    return _raw(f"{name}.yaml", text, "waivers")
+
+
+def _with_reference(name: str, spoil: Callable[[Path, dict], None]):
+    """An invariants file beside a copy of the reference trace it records, then ``spoil(trace
+    copy, document)`` (which may delete or change the copy, or edit the document)."""
+    def make(tmp: Path, ref: dict) -> str:
+        from traincheck_agent.inference.references import describe
+
+        folder = tmp / "references" / name
+        folder.mkdir(parents=True)
+        trace = folder / ref["trace"].name
+        trace.write_bytes(ref["trace"].read_bytes())
+        inv = folder / "inv.json"
+        doc = json.loads(ref["inv"].read_text())
+        doc["references"] = [r.to_json() for r in describe([trace], inv)]
+        spoil(trace, doc)
+        inv.write_text(json.dumps(doc, indent=1))
+        return str(inv)
+    return make
+
+
 def _policy(name: str, text: str | bytes):
     return _raw(f"{name}.yaml", text, "policies")
 
@@ -142,6 +165,11 @@ _NOT_YES_OR_NO = "is not one of 1, true, yes, on, 0, false, no, off; using 0"
 ENTRY_SKIPPED = "warning naming the file, the key and the problem; only that entry is skipped"
 CLI_2 = "exit 2, `traincheck: error:` naming the file and the problem"
 TRACE_2 = "exit 2 (infer, check, trace summary) naming the file, line and problem"
+WAIVERS_CLI = ("`traincheck check --waive`: exit 2, `traincheck: error:` naming the file, the waiver "
+               "(`waivers[0]`) and the problem")
+WAIVERS_AGENT = "`TRAINCHECK_WAIVE`: warning naming the file, the waiver and the problem; no violation is waived"
+REFERENCES_CLI = ("`traincheck infer --update`: exit 2, `traincheck: error:` naming the trace and what to do "
+                  "(`--references`); the invariants file is left as it was")
 VIOLATIONS_2 = ("`traincheck report`: the report shows the good records; exit 2, one line naming the file, "
                 "the line of the first bad record and its problem, and how many were skipped")
 
@@ -265,6 +293,37 @@ CASES: list[Case] = [
          "2: nested more than 32 levels", VIOLATIONS_2),
     Case("violations-not-object", "violations", "a line that is JSON but not an object",
          _violations("list", "[1, 2]"), "2: not a JSON object", VIOLATIONS_2),
+    # ------------------------------------------------------------------ waivers files (check)
+    Case("waive-empty", "waivers", "an empty waivers file", _waivers("empty", ""), "the file is empty",
+         WAIVERS_CLI, WAIVERS_AGENT),
+    Case("waive-not-yaml", "waivers", "not YAML (an unclosed bracket)", _waivers("notyaml", "waivers: [\n"),
+         "not valid YAML", WAIVERS_CLI, WAIVERS_AGENT),
+    Case("waive-alias", "waivers", "a YAML alias", _waivers("alias", "a: &a [1]\nversion: 1\nwaivers: *a\n"),
+         "anchors and aliases (&name, *name) are not allowed", WAIVERS_CLI, WAIVERS_AGENT),
+    Case("waive-version-2", "waivers", "`version: 2`", _waivers("v2", "version: 2\nwaivers: []\n"),
+         "version: unsupported version 2", WAIVERS_CLI, WAIVERS_AGENT),
+    Case("waive-unknown-key", "waivers", "an unknown top-level key",
+         _waivers("key", "version: 1\nwaivers: []\nextra: 1\n"), "extra: unknown key", WAIVERS_CLI, WAIVERS_AGENT),
+    Case("waive-no-reason", "waivers", "a waiver without a reason",
+         _waivers("noreason", "version: 1\nwaivers:\n  - id: sc-0123456789ab\n"),
+         "waivers[0]: missing reason", WAIVERS_CLI, WAIVERS_AGENT),
+    Case("waive-bad-id", "waivers", "an id that is not an invariant id",
+         _waivers("badid", "version: 1\nwaivers:\n  - id: nope\n    reason: fine\n"),
+         "waivers[0].id: not an invariant id", WAIVERS_CLI, WAIVERS_AGENT),
+    Case("waive-unknown-relation", "waivers", "a relation that does not exist",
+         _waivers("relation", "version: 1\nwaivers:\n  - relation: NoSuch\n    api: x\n    reason: r\n"),
+         "waivers[0].relation: unknown relation 'NoSuch'", WAIVERS_CLI, WAIVERS_AGENT),
+    Case("waive-backward-steps", "waivers", "a step range that ends before it starts (`200-100`)",
+         _waivers("steps", "version: 1\nwaivers:\n  - id: sc-0123456789ab\n    reason: r\n    steps: 200-100\n"),
+         "the range ends before it starts (200-100)", WAIVERS_CLI, WAIVERS_AGENT),
+    # ------------------------------------------------------------------ recorded references (infer --update)
+    Case("ref-missing", "references", "a reference trace that was deleted",
+         _with_reference("missing", lambda trace, doc: trace.unlink()), "is missing", REFERENCES_CLI),
+    Case("ref-changed", "references", "a reference trace appended to since",
+         _with_reference("changed", lambda trace, doc: trace.write_bytes(trace.read_bytes() + b"\n")),
+         "has changed since the invariants were learned", REFERENCES_CLI),
+    Case("ref-unrecorded", "references", "a file written before references were recorded",
+         _with_reference("unrecorded", lambda trace, doc: doc.pop("references")), "--references", REFERENCES_CLI),
     # ------------------------------------------------------------------ policies (agent only)
     Case("policy-not-yaml", "policy", "not YAML (an unclosed bracket)", _policy("notyaml", "apis: [\n"),
          "not valid YAML", "", POLICY_SKIPPED),
@@ -336,7 +395,7 @@ NON_FINITE_ENV = [("TRAINCHECK_FLUSH_RECORDS", "1e999"), ("TRAINCHECK_FLUSH_INTE
                   ("TRAINCHECK_FLUSH_INTERVAL", "nan")]
 
 BY_KIND = {kind: [c for c in CASES if c.kind == kind]
-           for kind in ("invariants", "trace", "violations", "policy", "env")}
+           for kind in ("invariants", "trace", "violations", "waivers", "references", "policy", "env")}
 
 
 # ----------------------------------------------------------------------- runs
@@ -452,6 +511,29 @@ def test_report_skips_a_bad_violation_record_naming_it(case, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("case", BY_KIND["waivers"], ids=lambda c: c.id)
+def test_check_refuses_a_bad_waivers_file(case, ref, made):
+    path = made[case.id]
+    proc, took = _traincheck("check", ref["trace"], "-i", ref["inv"], "--waive", path, "--out", ref["root"] / "out")
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith(f"traincheck: error: {path}: ") and case.problem in line, line
+    assert took < HOSTILE_LIMIT_S
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", BY_KIND["references"], ids=lambda c: c.id)
+def test_infer_update_refuses_references_it_cannot_use(case, ref, made):
+    path = Path(made[case.id])
+    before = path.read_bytes()
+    proc, _ = _traincheck("infer", "--update", path, ref["trace"])
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("traincheck: error: ") and case.problem in line and "--references" in line, line
+    assert path.read_bytes() == before
+
+
+@pytest.mark.slow
 def test_an_empty_trace_next_to_good_ones_is_skipped_not_fatal(ref, made):
     out = ref["root"] / "with_empty.json"
     proc, _ = _traincheck("infer", ref["trace"], made["trace-empty"], "-o", out)
@@ -489,6 +571,28 @@ def test_agent_skips_a_bad_invariants_file_naming_it(case, made, agent_runs):
     warnings = _warnings(agent_runs["check"][0].stderr)
     mine = [w for w in warnings if w.startswith(f"[traincheck] warning: invariants file {made[case.id]}: ")]
     assert len(mine) == 1 and case.problem in mine[0] and mine[0].endswith("; this file is skipped"), warnings
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", BY_KIND["waivers"], ids=lambda c: c.id)
+def test_check_mode_warns_about_a_bad_waivers_file_and_waives_nothing(case, made, capsys):
+    from traincheck_agent.agent.checking.check_mode import load_waivers
+
+    assert load_waivers(Path(made[case.id])) is None
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"[traincheck] warning: waivers file {made[case.id]}: ") and case.problem in line
+    assert line.endswith("; no violation is waived")
+
+
+@pytest.mark.slow
+def test_a_check_run_with_a_bad_waivers_file_reports_every_violation(ref, made, tmp_path):
+    proc = run_python([MLP, *BUGGY], agent_env("check", tmp_path, TRAINCHECK_INV=str(ref["inv"]),
+                                               TRAINCHECK_WAIVE=made["waive-no-reason"]))
+    assert proc.returncode == 0 and _losses(proc.stdout) == ref["buggy_losses"], proc.stderr
+    assert [w for w in _warnings(proc.stderr) if "waivers file" in w and "missing reason" in w]
+    violations = [json.loads(line) for line in (tmp_path / "violations-0.jsonl").read_text().splitlines()]
+    found = [v for v in violations if "event" not in v]
+    assert found and not [v for v in found if v.get("waived")]
 
 
 @pytest.mark.slow
@@ -552,7 +656,8 @@ def _cell(text: str) -> str:
 def doc_rows() -> list[str]:
     """The table of docs/bad_input.md, one row per case."""
     rows = ["| case | input | CLI gets | agent gets |", "|---|---|---|---|"]
-    labels = {"invariants": "invariants file", "trace": "trace", "violations": "violations file", "policy": "policy",
+    labels = {"invariants": "invariants file", "trace": "trace", "violations": "violations file",
+              "waivers": "waivers file", "references": "invariants file's references", "policy": "policy",
               "env": "environment"}
     for case in CASES:
         rows.append(f"| `{case.id}` | {labels[case.kind]}: {_cell(case.input)} | {_cell(case.cli_gets)} "
