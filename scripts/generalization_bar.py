@@ -36,7 +36,8 @@ HERE = Path(__file__).resolve().parent / "generalization"
 # manifest's cause names) that a group of it at the cause names.
 CAUSES: dict[str, dict[str, tuple[str, ...]]] = {
     "optimizer-wrong-params": {"GradApplied": ("optimizer.step",), "StateTransition": ("optimizer.step",)},
-    "no-zero-grad": {"StateTransition": ("backward", "zero_grad"), "APISequence": ("backward", "zero_grad")},
+    "no-zero-grad": {"StateTransition": ("backward", "zero_grad"), "APISequence": ("backward", "zero_grad"),
+                     "GradCleared": ("optimizer.step",)},
     "spectral-eval-first": {r: ("spectral", "compute_weight", "power") for r in ("APISequence", "ContextArgument")},
     "ddp-dtype-roundtrip": {"CrossRankConsistent": ()},
     "tp-clip-one-rank": {"CrossRankConsistent": ()},
