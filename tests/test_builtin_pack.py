@@ -217,8 +217,11 @@ def test_clean_pipelines_raise_nothing_with_the_pack(script, args, ranks, launch
 
 # Bugs of the generalization bar that the pack's invariants cover (its own bug variants, checked
 # online): a dropout left active in evaluation, a double initialisation, one tensor-parallel rank
-# clipping its grads alone (the replicated parameters drift apart).
+# clipping its grads alone (the replicated parameters drift apart), a zero_grad moved into a
+# periodic logging block (it still runs at step 1, so step 2 is the first to apply stale grads).
 BUGS = [
+    ("pipelines/small_cnn_classifier.py", ["--steps", "6", "--seed", "2", "--bug", "no-zero-grad"], 1, "python",
+     "GradCleared", 2),
     ("pipelines/textcnn_classifier.py", ["--steps", "6", "--seed", "2", "--bug", "dropout-in-eval"], 1, "python",
      "ContextArgument", 2),
     ("pipelines/resmlp_custom_init.py", ["--steps", "6", "--seed", "2", "--bug", "double-init"], 1, "python",
