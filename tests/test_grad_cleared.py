@@ -64,47 +64,63 @@ def test_a_forgotten_zero_grad_is_caught_at_the_first_step_that_applies_a_stale_
 
 # --- what one example needs, on records made by hand ------------------------------------------
 
-def _state(where: str, var: str, step: int, grad: str | None, call: int = 0) -> dict:
-    fingerprints = {"none": None, "zero": {"h": "0", "zero": True}, "nonzero": {"h": "1"},
-                    "unhashed": {"h": "nostorage:", "zero": False, "nonfinite": False}}
+UNHASHED = {"h": "nostorage:", "zero": False, "nonfinite": False}
+
+
+def _state(where: str, var: str, step: int, grad: dict | None, call: int = 0) -> dict:
     return {"kind": "state", "where": where, "var": var, "vtype": "Parameter", "step": step, "call": call,
-            "phase": "train", "attrs": {"grad": fingerprints[grad] if grad else None}}
+            "phase": "train", "attrs": {"grad": grad}}
 
 
-def _examples(records: list[dict]) -> list:
+def _examples(records: list[dict]) -> list[tuple[int, bool]]:
     collector = grad_cleared.Collector(TraceSource("t", "run", 0))
-    return [e for r in records for e in collector.feed(r)]
+    return [(e.step, e.cleared) for r in records for e in collector.feed(r)]
 
 
-def _iteration(step: int, cleared: bool, grad: str = "nonzero") -> list[dict]:
-    return [*([_state("after:zero_grad", "w", step, "none")] if cleared else []),
-            _state("after:backward", "w", step, grad),
-            _state("before:optimizer.step", "w", step, grad, call=step),
-            _state("after:optimizer.step", "w", step, grad, call=step)]
+def _iteration(step: int, cleared: bool, stepped: bool = True, var: str = "w") -> list[dict]:
+    """One iteration of parameter ``var``: maybe a zero_grad, a backward that adds to its grad
+    (hash ``b<step>`` to ``a<step>``), maybe a step."""
+    before = None if cleared else {"h": f"b{step}"}
+    records = [*([_state("after:zero_grad", var, step, None)] if cleared else []),
+               _state("before:backward", var, step, before, call=100 + step),
+               _state("after:backward", var, step, {"h": f"a{step}"}, call=100 + step)]
+    if stepped:
+        records += [_state("before:optimizer.step", var, step, {"h": f"a{step}"}, call=step),
+                    _state("after:optimizer.step", var, step, {"h": f"a{step}"}, call=step)]
+    return records
 
 
-def test_examples_follow_consecutive_steps_only():
-    # A step after a gap in the snapshots (sampling) says nothing of what happened in between.
-    assert [(e.step, e.cleared) for e in _examples([*_iteration(0, True), *_iteration(1, False),
-                                                    *_iteration(3, False)])] == [(1, False)]
-    assert [(e.step, e.cleared) for e in _examples([*_iteration(0, True), *_iteration(1, True),
-                                                    *_iteration(2, False)])] == [(1, True), (2, False)]
+def test_each_step_after_the_first_is_judged_by_what_happened_since_the_one_before():
+    assert _examples([*_iteration(0, True), *_iteration(1, True), *_iteration(2, False)]) == [(1, True), (2, False)]
+
+
+def test_steps_several_iterations_apart_are_judged_and_a_gap_in_the_snapshots_forgets():
+    # An optimizer that steps every other iteration: the grads of both iterations add up.
+    every_other = [*_iteration(0, True), *_iteration(1, True, stepped=False), *_iteration(2, False)]
+    assert _examples(every_other) == [(2, True)]
+    assert _examples([*_iteration(0, True), *_iteration(1, False, stepped=False), *_iteration(2, False)]) == [(2, False)]
+    # No snapshot at all at step 2 (sampled out): the step at 3 says nothing.
+    assert _examples([*_iteration(0, True), *_iteration(1, False), *_iteration(3, False)]) == [(1, False)]
 
 
 def test_a_grad_set_to_none_by_hand_counts_as_cleared():
-    records = [*_iteration(0, True), _state("before:backward", "w", 1, "none"), *_iteration(1, False)]
-    assert [e.cleared for e in _examples(records)] == [True]
+    hand = [_state("before:backward", "w", 1, None, call=101), _state("after:backward", "w", 1, {"h": "a1"}, call=101),
+            _state("before:optimizer.step", "w", 1, {"h": "a1"}, call=1)]
+    assert _examples([*_iteration(0, True), *hand]) == [(1, True)]
 
 
 def test_an_unhashed_grad_and_a_second_step_in_one_iteration_give_no_example():
-    assert _examples([*_iteration(0, True), *_iteration(1, True, grad="unhashed")]) == []
-    second = [_state("before:optimizer.step", "w", 0, "nonzero", call=9)]
-    assert [(e.step, e.cleared) for e in _examples([*_iteration(0, True), *second, *_iteration(1, True)])] == [(1, True)]
+    unhashed = [_state(r["where"], "w", 1, UNHASHED if r["attrs"]["grad"] else None, r["call"])
+                for r in _iteration(1, True)]
+    assert _examples([*_iteration(0, True), *unhashed]) == []
+    second = [_state("before:optimizer.step", "w", 0, {"h": "a0"}, call=9)]
+    assert _examples([*_iteration(0, True), *second, *_iteration(1, True)]) == [(1, True)]
 
 
 def test_a_grad_the_program_assigns_is_not_judged():
-    """``p.grad = ...`` with no backward (averaged in from worker copies, say): replacing the grad
-    is that program's way of clearing it."""
-    assigned = [[_state("before:optimizer.step", "w", step, "nonzero", call=step),
-                 _state("after:optimizer.step", "w", step, "nonzero", call=step)] for step in range(4)]
-    assert _examples([r for records in assigned for r in records]) == []
+    """``p.grad = ...`` (averaged in from worker copies, say): a backward of the workers leaves the
+    global model's grad as it was, and replacing it is that program's way of clearing it."""
+    rounds = [[_state("before:backward", "w", step, {"h": f"g{step - 1}"}, call=100 + step),
+               _state("after:backward", "w", step, {"h": f"g{step - 1}"}, call=100 + step),
+               _state("before:optimizer.step", "w", step, {"h": f"g{step}"}, call=step)] for step in range(1, 5)]
+    assert _examples([r for records in rounds for r in records]) == []

@@ -9,14 +9,16 @@ that no grad is applied twice: between two steps over a parameter its grad is cl
 optimizer's or a module's ``zero_grad``, by setting it to None, or by a step that clears it.
 
 One example per parameter and optimizer step call that receives a non-zero grad for it, when the
-parameter's previous step was in the iteration just before and a backward has added to its grad
-since: it passes when some snapshot since that step showed the grad None or zero (after a
-``zero_grad``, before a backward, wherever the policy snapshots grads). A grad no backward touched
-is one the program assigned (``p.grad = ...``, averaged in from another model): replacing it is
-its way of clearing. The example is complete at the step's before-snapshot, so a checker
+parameter was stepped before and a backward has changed its grad since (its hash after the
+backward differs from the one before): it passes when some snapshot since the parameter's
+previous step showed the grad None or zero (after a ``zero_grad``, before a backward, wherever the
+policy snapshots grads). A grad no backward changed is one the program assigned (``p.grad =
+...``, averaged in from other models): replacing it is its way of clearing. Several iterations
+between two steps of a parameter (an optimizer that steps every other iteration) are fine; an
+iteration without snapshots (sampled out) forgets every parameter's history. The example is complete at the step's before-snapshot, so a checker
 judges it before the step runs. A parameter's first step gives none (the trace may begin mid-run),
-and neither does a step after a gap in the snapshots (sampled steps) or a second step over the
-same parameter in one iteration (two optimizers holding it). Grads without a fingerprint say
+and neither does a second step over the same parameter in one iteration (two optimizers holding
+it). Grads without a fingerprint say
 neither that they were cleared nor that they were applied.
 """
 
@@ -56,11 +58,12 @@ MIN_STEPS = 2
 KEY = "params"  # one group: every parameter of every model
 EVENT = "optimizer.step"
 BEFORE_STEP, AFTER_STEP = f"before:{EVENT}", f"after:{EVENT}"
-AFTER_BACKWARD = "after:backward"
+BEFORE_BACKWARD, AFTER_BACKWARD = "before:backward", "after:backward"
 # Where a cleared grad shows: after a zero_grad, before a backward (a grad set to None by hand),
 # and the steps themselves (an optimizer that clears what it applied).
-CLEARING_POINTS = ("after:zero_grad", "before:backward", BEFORE_STEP, AFTER_STEP)
-POINTS = (*CLEARING_POINTS, AFTER_BACKWARD)  # and where a backward has added to the grad
+CLEARING_POINTS = ("after:zero_grad", BEFORE_BACKWARD, BEFORE_STEP, AFTER_STEP)
+POINTS = (*CLEARING_POINTS, AFTER_BACKWARD)  # and what a backward added to the grad
+_UNSEEN = object()  # no snapshot before the backward: whether it added to the grad is unknown
 EFFECT = "cleared_between_steps"
 DOMAIN_FIELDS = ("vtype", "phase", *DESCRIPTIVE_ATTRS)
 DESCRIPTION = "the grad an optimizer step applies was cleared (zero_grad, or set to None) since the parameter's previous step"
@@ -80,13 +83,22 @@ class ClearedExample(NamedTuple):
 class Collector(StreamCollector):
     def __init__(self, source: TraceSource) -> None:
         super().__init__(source)
+        self.step: Any = None  # the step of the last snapshot record
         self.last_step: dict[str, int] = {}  # each parameter's iteration of its last step with a grad
         self.cleared: dict[str, bool] = {}  # whether a snapshot since then showed its grad cleared
         self.accumulated: set[str] = set()  # parameters a backward has added to since then
+        self.before_backward: dict[tuple[Any, str], Any] = {}  # (backward call, var): its grad's hash
 
     def feed(self, record: dict[str, Any]) -> list[ClearedExample]:
         if record.get("kind") != KIND_STATE or record.get("vtype") != "Parameter":
             return []
+        step = record.get("step")
+        if isinstance(step, int) and isinstance(self.step, int) and step > self.step + 1:
+            # Iterations without snapshots (sampled out): what happened to the grads then is unknown.
+            self.last_step.clear()
+            self.cleared.clear()
+            self.accumulated.clear()
+        self.step = step
         attrs = record.get("attrs") or {}
         where = record.get("where")
         if "grad" not in attrs or where not in POINTS:
@@ -95,12 +107,15 @@ class Collector(StreamCollector):
         if grad is not None and unfingerprinted(grad):
             return []
         var = str(record.get("var"))
-        if where == AFTER_BACKWARD:
-            self.accumulated.add(var)
+        if where == BEFORE_BACKWARD:
+            self.before_backward[(record.get("call"), var)] = _hash(grad)
+        elif where == AFTER_BACKWARD:
+            before = self.before_backward.pop((record.get("call"), var), _UNSEEN)
+            if before is not _UNSEEN and before != _hash(grad):
+                self.accumulated.add(var)
         if value_class(grad) in (NONE, ZERO):
             self.cleared[var] = True
             return []
-        step = record.get("step")
         if where != BEFORE_STEP or not isinstance(step, int) or step < 0:
             return []
         # A step receives a grad: it must be cleared before the parameter's next step.
@@ -108,9 +123,13 @@ class Collector(StreamCollector):
         accumulated = var in self.accumulated
         self.last_step[var], self.cleared[var] = step, False
         self.accumulated.discard(var)
-        if previous is None or previous != step - 1 or not accumulated:
+        if previous is None or previous >= step or not accumulated:
             return []
         return [ClearedExample(var, step, self.source.label, cleared, param_features(record))]
+
+
+def _hash(fingerprint: dict[str, Any] | None) -> Any:
+    return None if fingerprint is None else fingerprint.get("h")
 
 
 def key_of(example: ClearedExample) -> str:
@@ -151,8 +170,8 @@ def violates(invariant: Invariant, e: ClearedExample) -> bool:
 
 
 def violation(invariant: Invariant, ex: ClearedExample) -> dict[str, Any]:
-    why = (f"{ex.var} reached the step at step {ex.step} with a grad that was never cleared since its step at "
-           f"step {ex.step - 1}: the step applies the earlier grads again (is zero_grad called every step?)")
+    why = (f"{ex.var} reached the step at step {ex.step} with a grad that was never cleared since its previous "
+           "step: the step applies the earlier grads again (is zero_grad called every step?)")
     return {"step": ex.step, "api": EVENT, "variable": ex.var, "trace": ex.trace,
             "message": f"{invariant.description}: {why}"}
 
