@@ -36,41 +36,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
             del os.environ["PYTHONPATH"]
 
 
-# The longest modules, longest first, as a serial run's --durations measured them (seconds, on
-# 2 cores). Under pytest-xdist each worker takes whole modules in collection order; handing these
-# out first keeps a long one from starting last while the other core idles. A module missing
-# here only runs later.
-LONG_MODULES = ("test_deepspeed.py",          # 124
-                "test_collect_mode.py",       # 100
-                "test_fault_isolation.py",    # 95
-                "test_parallel_groups.py",    # 83
-                "test_resource_bounds.py",    # 76
-                "test_rank_exchange.py",      # 67
-                "test_check_mode.py",         # 64
-                "test_generalization.py",     # 53
-                "test_bad_input.py",          # 51
-                "test_accelerate.py",         # 44
-                "test_inference.py",          # 42
-                "test_builtin_pack.py",       # 41
-                "test_torch_compile.py",      # 35
-                "test_online_checker.py",     # 34
-                "test_security.py")           # 32
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    # xdist would otherwise reorder the modules by their number of tests, which says little of
-    # their length (a hundred bad-input cases take a minute, seven DeepSpeed runs two).
-    if hasattr(config.option, "loadscopereorder"):
-        config.option.loadscopereorder = False
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    rank = {name: i for i, name in enumerate(LONG_MODULES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
-
-
 def agent_env(mode: str | None, out_dir: Path | None, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINCHECK_")}
     if mode is not None:

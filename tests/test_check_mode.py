@@ -108,9 +108,13 @@ def test_forgotten_zero_grad_is_caught_at_step_1(inv, tmp_path):
     sequence = [v for v in violations if v["relation"] == "APISequence"]
     assert [v["step"] for v in sequence] == [1, 2, 3]
     assert all(v["api"] == "torch.optim.Optimizer.zero_grad" for v in sequence)
+    # And each step from step 1 on applies the stale grads of all six parameters.
+    applied = [v for v in violations if v["relation"] == "GradCleared"]
+    assert sorted(v["step"] for v in applied) == [1] * 6 + [2] * 6 + [3] * 6
     summary = [line for line in proc.stderr.splitlines() if "check summary" in line]
-    assert summary == [f"[traincheck] check summary (rank 0): {len(violations)} violations of 2 invariants "
-                       f"({finds_zero} x{len(stale)}, {sequence[0]['invariant']} x3); "
+    assert summary == [f"[traincheck] check summary (rank 0): {len(violations)} violations of 3 invariants "
+                       f"({applied[0]['invariant']} x{len(applied)}, {finds_zero} x{len(stale)}, "
+                       f"{sequence[0]['invariant']} x3); "
                        f"{len(read_invariants(inv))} invariants checked; details in {out / 'violations-0.jsonl'}; "
                        f"likely cause first (1 group): backward found grads left over from an earlier step on "
                        f"6 of 6 parameters of `model` at step 1, again up to step 3 (hint: grads were not cleared "
