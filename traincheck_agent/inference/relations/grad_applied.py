@@ -52,13 +52,10 @@ from traincheck_agent.inference.examples import (
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     ANY,
-    deduce_scopes,
-    domain_of,
-    enough_support,
     holds_all,
-    with_condition,
 )
 from traincheck_agent.inference.relations import Needs
+from traincheck_agent.inference.scoped import scoped_invariants
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.policy.model import DESCRIBE_NONE
@@ -230,27 +227,14 @@ def _verdict(effect: str, e: AppliedExample) -> bool | None:
 def infer(groups: dict[str, list[AppliedExample]], sources: tuple[str, ...]) -> list[Invariant]:
     invariants = []
     for effect, description in DESCRIPTIONS.items():
-        group = [e for e in groups.get(KEY, []) if _verdict(effect, e) is not None]
-        passing = [e for e in group if _verdict(effect, e)]
-        if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
-            continue
-        features = [e.feature_map() for e in passing]
-        for scope in deduce_scopes(features, [e.feature_map() for e in group if not _verdict(effect, e)],
-                                   [e.trace for e in passing]):
-            kept = [passing[i] for i in scope.passing]
-            if not enough_support([e.step for e in kept], MIN_PASSING, MIN_STEPS):
-                continue
-            invariants.append(Invariant(
-                relation=RELATION,
-                subject={"event": "optimizer.step", "attribute": "data" if effect == APPLIED else "grad",
-                         "effect": effect},
-                precondition=tuple(scope.precondition),
-                support={"passing": len(kept), "excluded": len(group) - len(kept),
-                         "steps": len({e.step for e in kept}), "variables": len({e.var for e in kept})},
-                description=with_condition(description, scope.precondition),
-                sources=sources,
-                domain=domain_of([features[i] for i in scope.passing], DOMAIN_FIELDS),
-            ))
+        def holds(e: AppliedExample, effect: str = effect) -> bool:
+            return bool(_verdict(effect, e))
+
+        invariants += scoped_invariants(
+            [e for e in groups.get(KEY, []) if _verdict(effect, e) is not None], holds, relation=RELATION,
+            subject={"event": "optimizer.step", "attribute": "data" if effect == APPLIED else "grad", "effect": effect},
+            description=description, sources=sources, domain_fields=DOMAIN_FIELDS, min_passing=MIN_PASSING,
+            min_steps=MIN_STEPS)
     return invariants
 
 

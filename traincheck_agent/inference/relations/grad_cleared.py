@@ -36,13 +36,10 @@ from traincheck_agent.inference.examples import (
 )
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
-    deduce_scopes,
-    domain_of,
-    enough_support,
     holds_all,
-    with_condition,
 )
 from traincheck_agent.inference.relations import Needs
+from traincheck_agent.inference.scoped import scoped_invariants
 from traincheck_agent.inference.stream import Collector as StreamCollector
 from traincheck_agent.inference.stream import TraceSource
 from traincheck_agent.trace.schema import KIND_STATE
@@ -141,28 +138,10 @@ def invariant_key(invariant: Invariant) -> str:
 
 
 def infer(groups: dict[str, list[ClearedExample]], sources: tuple[str, ...]) -> list[Invariant]:
-    group = groups.get(KEY, [])
-    passing = [e for e in group if e.cleared]
-    if len(passing) < MIN_PASSING or len({e.step for e in passing}) < MIN_STEPS:
-        return []
-    features = [e.feature_map() for e in passing]
-    invariants = []
-    for scope in deduce_scopes(features, [e.feature_map() for e in group if not e.cleared],
-                               [e.trace for e in passing]):
-        kept = [passing[i] for i in scope.passing]
-        if not enough_support([e.step for e in kept], MIN_PASSING, MIN_STEPS):
-            continue
-        invariants.append(Invariant(
-            relation=RELATION,
-            subject={"event": EVENT, "attribute": "grad", "effect": EFFECT},
-            precondition=tuple(scope.precondition),
-            support={"passing": len(kept), "excluded": len(group) - len(kept),
-                     "steps": len({e.step for e in kept}), "variables": len({e.var for e in kept})},
-            description=with_condition(DESCRIPTION, scope.precondition),
-            sources=sources,
-            domain=domain_of([features[i] for i in scope.passing], DOMAIN_FIELDS),
-        ))
-    return invariants
+    return scoped_invariants(groups.get(KEY, []), lambda e: e.cleared, relation=RELATION,
+                             subject={"event": EVENT, "attribute": "grad", "effect": EFFECT}, description=DESCRIPTION,
+                             sources=sources, domain_fields=DOMAIN_FIELDS, min_passing=MIN_PASSING,
+                             min_steps=MIN_STEPS)
 
 
 def violates(invariant: Invariant, e: ClearedExample) -> bool:
