@@ -113,8 +113,7 @@ def test_gradient_accumulation_micro_steps_are_not_missing_updates(reference):
 def test_bf16_weights_with_fp32_master_copies(tmp_path):
     """DeepSpeed's BF16 mode (bf16 weights, fp32 master partitions): a ZeRO-1 reference's
     invariants check a ZeRO-2 run clean and catch a rank whose weights drift."""
-    refs = [_torchrun(tmp_path / f"ref{seed}", "collect", "--bf16", "--stage", "1", "--seed", str(seed))
-            for seed in (0, 1)]
+    refs = [_torchrun(tmp_path / "ref0", "collect", "--bf16", "--stage", "1", "--seed", "0")]
     invariants, _ = infer_invariants(refs)
     [path, *_] = find_trace_files([refs[0]])
     weights = [r for r in TraceFile(path).records() if r["kind"] == "state" and r["var"] == "model.1.weight"]
