@@ -251,6 +251,11 @@ def test_lightning_accumulating_grad_batches_is_judged_like_a_plain_loop(lightni
     assert _judged(invariants, coverage, "GradCleared") >= 6 * 4  # six parameters, the steps after the first
     assert _judged(invariants, coverage, "GradApplied") > 0
     assert _judged(invariants, coverage, "StateTransition", event="optimizer.step", attribute="data") > 0
+    # A Lightning reference without accumulation says nothing about what the closure calls (it
+    # clears grads only in the window's first batch, outside the step, when it accumulates).
+    lightning_invariants, _ = infer_invariants([lightning["clean"]])
+    violations, _ = _check(lightning_invariants, lightning["accumulate"])
+    assert violations == [], violations[:3]
     # Without accumulation, Lightning's steps that apply stale grads are caught from step 1 on.
     violations, _ = _check(invariants, lightning["no_zero_grad"])
     stale = [v for v in violations if v["relation"] == "GradCleared"]

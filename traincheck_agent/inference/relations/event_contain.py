@@ -9,7 +9,10 @@ call is recorded when it returns, so before its caller; each child is noted unde
 id until the parent's record arrives. The precondition is deduced from the caller's context
 (phase, grad mode, the module's training flag). When no passing call was made inside a
 gradient-accumulation micro-step (``accumulating``), the invariant is scoped to calls outside
-them: an engine's ``step`` off the accumulation boundary rightly calls no optimizer step.
+them: an engine's ``step`` off the accumulation boundary rightly calls no optimizer step. A step
+given a closure (L-BFGS, Lightning) gives no example: what it calls is the script's closure, whose
+contents change with the loop's settings (Lightning clears grads inside it, except when it
+accumulates batches).
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ class Collector(StreamCollector):
         if record.get("parent") is not None and module_training(record) is None:
             self.children[record["parent"]].add(api)
         called = self.children.pop(record.get("id"), set())
-        if self.wanted is not None and api not in self.wanted:
+        if self.wanted is not None and api not in self.wanted or (record.get("ctx") or {}).get("closure"):
             return []
         return [ContainExample(api, frozenset(called), int(record.get("step", -1)), self.source.label,
                                _features(record))]
