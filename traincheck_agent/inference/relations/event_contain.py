@@ -78,7 +78,7 @@ class Collector(StreamCollector):
         if record.get("parent") is not None and module_training(record) is None:
             self.children[record["parent"]].add(api)
         called = self.children.pop(record.get("id"), set())
-        if self.wanted is not None and api not in self.wanted or (record.get("ctx") or {}).get("closure"):
+        if (self.wanted is not None and api not in self.wanted) or (record.get("ctx") or {}).get("closure"):
             return []
         return [ContainExample(api, frozenset(called), int(record.get("step", -1)), self.source.label,
                                _features(record))]

@@ -15,11 +15,11 @@ previous step showed the grad None or zero (after a ``zero_grad``, before a back
 policy snapshots grads). A grad no backward changed is one the program assigned (``p.grad =
 ...``, averaged in from other models): replacing it is its way of clearing. Several iterations
 between two steps of a parameter (an optimizer that steps every other iteration) are fine; an
-iteration without snapshots (sampled out) forgets every parameter's history. The example is complete at the step's before-snapshot, so a checker
-judges it before the step runs. A parameter's first step gives none (the trace may begin mid-run),
-and neither does a second step over the same parameter in one iteration (two optimizers holding
-it). Grads without a fingerprint say
-neither that they were cleared nor that they were applied.
+iteration without snapshots (sampled out) forgets every parameter's history. The example is
+complete at the step's before-snapshot, so a checker judges it before the step runs. A
+parameter's first step gives none (the trace may begin mid-run), and neither does a second step
+over the same parameter in one iteration (two optimizers holding it). Grads without a
+fingerprint say neither that they were cleared nor that they were applied.
 """
 
 from __future__ import annotations
@@ -35,9 +35,7 @@ from traincheck_agent.inference.examples import (
     value_class,
 )
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.preconditions import (
-    holds_all,
-)
+from traincheck_agent.inference.preconditions import holds_all
 from traincheck_agent.inference.relations import Needs
 from traincheck_agent.inference.scoped import scoped_invariants
 from traincheck_agent.inference.stream import Collector as StreamCollector
