@@ -216,6 +216,32 @@ def collect_in_process(script: str | Path, out_dir: Path, *args: str, threads: i
     return printed.getvalue()
 
 
+def collect_in_one_child(script: str | Path, runs: dict[Path, list[str]], timeout: float = 400,
+                         **env: str) -> None:
+    """Collect the runs of ``script`` (output folder -> its arguments) one after another in a
+    single child process, the agent started and taken out around each: for pipelines whose
+    framework takes longer to import than to train (Lightning), and that stay out of the pytest
+    process. ``env`` is added to the child's environment."""
+    import json
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as spec:
+        json.dump({str(out): list(args) for out, args in runs.items()}, spec)
+    try:
+        proc = run_python([str(Path(__file__).parent / "runs_in_one_process.py"), str(script), spec.name],
+                          agent_env(None, None, **env), timeout=timeout)
+    finally:
+        os.unlink(spec.name)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def collect_mlp_here(root: Path, name: str, *args: str) -> Path:
+    """``collect_mlp`` in this process, for fixtures of any scope: the MLP pipeline with ``args``
+    under ``root / name``."""
+    collect_in_process(MLP, root / name, *args)
+    return root / name
+
+
 def collect_mlp_in_process(agent_in_process: Any, root: Path, name: str, *args: str) -> Path:
     """``collect_mlp`` in this process: the MLP pipeline with ``args`` under ``root / name``."""
     out = root / name

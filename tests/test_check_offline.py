@@ -14,21 +14,14 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, collect_in_process
+from conftest import collect_mlp_here
 
 from traincheck_agent.inference.invariant import read_invariants
 from traincheck_agent.report.triage import triage, variable_pattern
 from traincheck_agent.report.violations import ViolationLog, format_line, violation_record
 
-MLP = str(PIPELINES / "mlp_train.py")
 REQUIRED = ("timestamp", "severity", "rank", "step", "invariant", "relation", "message", "evidence")
 OTEL = ("time_unix_nano", "severity_text", "severity_number", "body", "attributes", "resource")
-
-
-def _collect(root: Path, name: str, *args: str) -> Path:
-    out = root / name
-    collect_in_process(MLP, out, *args)
-    return out
 
 
 def traincheck(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -40,12 +33,12 @@ def traincheck(*args: str | Path, cwd: Path | None = None) -> subprocess.Complet
 def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("check_runs")
     runs = {
-        "reference": _collect(root, "reference", "--steps", "10"),
-        "frozen_reference": _collect(root, "frozen_reference", "--steps", "8", "--freeze-backbone"),
-        "clean": _collect(root, "clean", "--steps", "5", "--optimizer", "sgd", "--seed", "3",
+        "reference": collect_mlp_here(root, "reference", "--steps", "10"),
+        "frozen_reference": collect_mlp_here(root, "frozen_reference", "--steps", "8", "--freeze-backbone"),
+        "clean": collect_mlp_here(root, "clean", "--steps", "5", "--optimizer", "sgd", "--seed", "3",
                           "--lr", "0.005"),
-        "bug_frozen": _collect(root, "bug_frozen", "--steps", "3", "--bug", "optimizer-over-frozen"),
-        "bug_no_zero_grad": _collect(root, "bug_no_zero_grad", "--steps", "3", "--bug", "no-zero-grad"),
+        "bug_frozen": collect_mlp_here(root, "bug_frozen", "--steps", "3", "--bug", "optimizer-over-frozen"),
+        "bug_no_zero_grad": collect_mlp_here(root, "bug_no_zero_grad", "--steps", "3", "--bug", "no-zero-grad"),
     }
     inv = root / "inv.json"
     proc = traincheck("infer", runs["reference"], runs["frozen_reference"], "-o", inv)

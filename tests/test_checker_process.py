@@ -14,7 +14,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import MLP, agent_env, collect_mlp, read_traces, run_python
+from conftest import MLP, agent_env, collect_mlp_here, read_traces, run_python
 
 from traincheck_agent.agent.checking.check_mode import CheckSink
 from traincheck_agent.agent.checking.checker_worker import serve
@@ -28,10 +28,10 @@ def learned(tmp_path_factory) -> tuple[Path, list[Invariant], list[dict]]:
     """Invariants of a clean MLP run, and the records (header first) of a run that forgets
     zero_grad."""
     root = tmp_path_factory.mktemp("checker_process")
-    invariants, files = infer_invariants([collect_mlp(root, "ref", "--steps", "8")])
+    invariants, files = infer_invariants([collect_mlp_here(root, "ref", "--steps", "8")])
     path = root / "inv.json"
     write_invariants(invariants, path, [str(f) for f in files])
-    (trace,) = read_traces(collect_mlp(root, "bug", "--steps", "5", "--bug", "no-zero-grad"))
+    (trace,) = read_traces(collect_mlp_here(root, "bug", "--steps", "5", "--bug", "no-zero-grad"))
     return path, invariants, [trace.header, *trace.records]
 
 

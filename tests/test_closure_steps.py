@@ -18,7 +18,14 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, collect_in_process, run_parallel, run_script
+from conftest import (
+    PIPELINES,
+    agent_env,
+    collect_in_one_child,
+    collect_in_process,
+    run_parallel,
+    run_script,
+)
 
 from traincheck_agent.check.offline import check_offline
 from traincheck_agent.inference.coverage import Coverage
@@ -199,12 +206,7 @@ def lightning(tmp_path_factory) -> dict[str, Path]:
         "no_zero_grad": ["--steps", "6", "--seed", "3", "--bug", "no-zero-grad"],
         "accumulate": ["--steps", "6", "--seed", "5", "--accumulate", "3"],
     }
-    names = list(runs)
-    for pair in (names[:2], names[2:4], names[4:]):
-        procs = run_parallel(*(([LIGHTNING, *runs[name]], agent_env("collect", root / name, OMP_NUM_THREADS="1"))
-                               for name in pair), timeout=400)
-        for name, proc in zip(pair, procs, strict=True):
-            assert proc.returncode == 0, f"{name}: {proc.stderr[-2000:]}"
+    collect_in_one_child(LIGHTNING, {root / name: args for name, args in runs.items()}, OMP_NUM_THREADS="1")
     collect_in_process(MLP, root / "mlp", "--steps", "8", threads=1)
     return {name: root / name for name in [*runs, "mlp"]}
 

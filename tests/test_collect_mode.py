@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from conftest import PIPELINES, agent_env, read_traces, run_python
+from conftest import PIPELINES, Trace, agent_env, read_traces, run_parallel, run_python
 
 from traincheck_agent.examples import cnn_train
 
@@ -34,8 +34,14 @@ def _collect(tmp_path, *script_args: str, **extra: str):
     return proc, traces[0]
 
 
-def test_header_describes_the_process(tmp_path):
-    _, trace = _collect(tmp_path)
+@pytest.fixture(scope="module")
+def mlp_trace(tmp_path_factory) -> Trace:
+    """A clean 6-step MLP run collected through the startup hook, which several tests read."""
+    return _collect(tmp_path_factory.mktemp("mlp"), "--steps", "6")[1]
+
+
+def test_header_describes_the_process(mlp_trace):
+    trace = mlp_trace
     h = trace.header
     assert h["schema"] == 1 and h["mode"] == "collect"
     assert h["rank"] == 0 and h["world_size"] == 1
@@ -45,8 +51,8 @@ def test_header_describes_the_process(tmp_path):
     assert trace.path.name == f"trace_{h['run_id']}_rank0_pid{h['pid']}.jsonl"
 
 
-def test_steps_phases_and_core_calls(tmp_path):
-    _, trace = _collect(tmp_path, "--steps", "6")
+def test_steps_phases_and_core_calls(mlp_trace):
+    trace = mlp_trace
     steps = trace.calls("torch.optim.Adam.step")
     assert [c["step"] for c in steps] == list(range(6))
     assert all(c["phase"] == "train" for c in steps)
@@ -74,12 +80,12 @@ def test_steps_phases_and_core_calls(tmp_path):
     assert any(c["api"] == "torch.nn.init.kaiming_uniform_" for c in init_calls)
 
 
-def test_state_snapshots_follow_the_parameters(tmp_path):
-    _, trace = _collect(tmp_path, "--steps", "5")
+def test_state_snapshots_follow_the_parameters(mlp_trace):
+    trace = mlp_trace
     var = "model.head.weight"
     before = trace.states("before:optimizer.step", var)
     after = trace.states("after:optimizer.step", var)
-    assert [s["step"] for s in after] == list(range(5))
+    assert [s["step"] for s in after] == list(range(6))
     step_calls = {c["id"]: c for c in trace.calls("torch.optim.Adam.step")}
     assert all(s["call"] in step_calls and step_calls[s["call"]]["step"] == s["step"] for s in after)
     for b, a in zip(before, after, strict=False):
@@ -121,14 +127,22 @@ def test_a_model_that_builds_its_own_optimizer_is_named_as_its_caller_holds_it(t
     assert all(name.startswith("model.") for name in names), names
 
 
-def test_results_are_bit_identical_with_the_agent(tmp_path):
+@pytest.fixture(scope="module")
+def cnn_runs(tmp_path_factory) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess, Trace]:
+    """The bundled CNN example, 12 steps with an evaluation every 6: without the agent, and
+    collected (with its trace)."""
+    out = tmp_path_factory.mktemp("cnn") / "t"
     args = [cnn_train.__file__, "--steps", "12", "--eval-every", "6"]
-    plain = run_python(args, agent_env(None, None))
-    traced = run_python(args, agent_env("collect", tmp_path / "t"))
+    plain, traced = run_parallel((args, agent_env(None, None)), (args, agent_env("collect", out)))
     assert plain.returncode == 0 and traced.returncode == 0, traced.stderr
+    return plain, traced, read_traces(out)[0]
+
+
+def test_results_are_bit_identical_with_the_agent(cnn_runs):
+    plain, traced, trace = cnn_runs
     assert _losses(plain.stdout) == _losses(traced.stdout)
     assert plain.stdout.splitlines()[:-1] == traced.stdout.splitlines()[:-1]  # eval accuracies
-    assert read_traces(tmp_path / "t")[0].calls("torch.nn.functional.dropout")
+    assert trace.calls("torch.nn.functional.dropout")
 
 
 def test_mode_unset_leaves_no_trace(tmp_path):
@@ -254,14 +268,11 @@ def test_accelerate_prepare_keeps_the_users_names(tmp_path):
     assert [outer[c["parent"]] for c in inner] == [c["step"] for c in inner] == [0, 1, 2, 3]
 
 
-def test_buffers_are_snapshotted_after_steps(tmp_path):
-    out = tmp_path / "t"
-    proc = run_python([cnn_train.__file__, "--steps", "3"], agent_env("collect", out))
-    assert proc.returncode == 0, proc.stderr
-    trace = read_traces(out)[0]
+def test_buffers_are_snapshotted_after_steps(cnn_runs):
+    trace = cnn_runs[2]
     means = trace.states("after:optimizer.step", "model.bn1.running_mean")
-    assert [s["step"] for s in means] == [0, 1, 2] and means[0]["vtype"] == "buffer"
-    assert len({s["attrs"]["data"]["h"] for s in means}) == 3  # BatchNorm statistics move every step
+    assert [s["step"] for s in means] == list(range(12)) and means[0]["vtype"] == "buffer"
+    assert len({s["attrs"]["data"]["h"] for s in means}) == 12  # BatchNorm statistics move every step
     tracked = trace.states("after:optimizer.step", "model.bn1.num_batches_tracked")
     assert tracked[0]["attrs"]["dtype"] == "int64"
 

@@ -9,19 +9,30 @@ same with and without the agent: type, message, the script's own traceback frame
 
 from __future__ import annotations
 
+import io
 import json
+import traceback
+from contextlib import nullcontext, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, read_traces, run_parallel
+from conftest import (
+    PIPELINES,
+    agent_active,
+    agent_env,
+    collect_mlp_here,
+    read_traces,
+    run_parallel,
+    run_script,
+)
 
 from traincheck_agent.agent.runtime import ERROR_BUDGET
 from traincheck_agent.faults import ENV, STAGES
 from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import write_invariants
 
-# Every test here starts Python child processes (real training under the agent, launchers, the
-# startup hook, the CLI): the slow tier.
+# Faults are read from the environment when the agent is imported, so most tests here start
+# Python child processes (real training under the agent, launchers): the slow tier.
 pytestmark = pytest.mark.slow
 
 MLP = str(PIPELINES / "mlp_train.py")
@@ -59,10 +70,7 @@ def plain(tmp_path_factory) -> dict[str, list[float]]:
 @pytest.fixture(scope="module")
 def inv(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("reference")
-    refs = [root / "ref0", root / "ref1"]
-    for proc in run_parallel(*(([MLP, "--steps", "10", "--seed", str(i)], agent_env("collect", ref))
-                               for i, ref in enumerate(refs))):
-        assert proc.returncode == 0, proc.stderr
+    refs = [collect_mlp_here(root, f"ref{i}", "--steps", "10", "--seed", str(i)) for i in range(2)]
     invariants, files = infer_invariants(refs)
     path = root / "inv.json"
     write_invariants(invariants, path, [str(f) for f in files])
@@ -163,10 +171,36 @@ def test_a_failing_store_exchange_switches_only_cross_rank_checks_off(tmp_path, 
         assert f"[traincheck] check summary (rank {rank}): no violations" in checked.stderr
 
 
+def _raise_here(where: str, mode: str | None, out: Path | None = None, **settings: str) -> tuple[dict, str, str]:
+    """Run the raising script in this process (under the agent for ``mode``): what it printed
+    about its exception, the exception's own last line, and what reached stderr."""
+    import torch
+
+    printed, errors = io.StringIO(), io.StringIO()
+    agent = agent_active(mode, out, **settings) if mode else nullcontext()
+    with torch.random.fork_rng(devices=[]), redirect_stdout(printed), redirect_stderr(errors), agent, \
+            pytest.raises(BaseException) as raised:
+        run_script(RAISING, "--where", where)
+    last_line = traceback.format_exception_only(raised.type, raised.value)[-1]
+    return json.loads(printed.getvalue().strip().splitlines()[-1]), last_line, errors.getvalue()
+
+
 @pytest.mark.parametrize("where", ["forward", "torch", "loop"])
 def test_user_exceptions_pass_through_unchanged(where, inv, tmp_path):
-    """Raised in a module's forward (with a cause), inside a torch function, or in the loop."""
-    args = [RAISING, "--where", where]
+    """Raised in a module's forward (with a cause), inside a torch function, or in the loop:
+    the same exception, frames and causes with and without the agent (in this process: the
+    agent has no exception hook, so what the interpreter prints follows from the exception)."""
+    seen, last_line, _ = _raise_here(where, None)
+    assert seen["frames"] and seen["chain"]
+    for mode, settings in (("collect", {}), ("check", {"TRAINCHECK_INV": str(inv)})):
+        described, line, errors = _raise_here(where, mode, tmp_path / mode, **settings)
+        assert (described, line) == (seen, last_line), mode
+        assert "agent error" not in errors, errors
+
+
+def test_a_user_exception_ends_the_process_as_without_the_agent(inv, tmp_path):
+    """The exception reaches the interpreter's top level: same exit status, same last line."""
+    args = [RAISING, "--where", "forward"]
     plain, collected, checked = run_parallel(
         (args, agent_env(None, None)),
         (args, agent_env("collect", tmp_path / "collect")),

@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 from conftest import (
-    MLP,
     PIPELINES,
     agent_env,
     collect_in_process,
-    collect_mlp,
-    collect_mlp_in_process,
+    collect_mlp_here,
     run_python,
 )
 
@@ -28,27 +26,18 @@ from traincheck_agent.inference.invariant import (
     write_invariants,
 )
 
-_collect = collect_mlp
-
-
-def _collect_here(root: Path, name: str, *args: str) -> Path:
-    """``collect_mlp`` in this process: the reference and variant runs need no process of their own."""
-    out = root / name
-    collect_in_process(MLP, out, *args)
-    return out
-
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("runs")
     return {
-        "reference": _collect_here(root, "reference", "--steps", "10"),
-        "frozen_reference": _collect_here(root, "frozen_reference", "--steps", "8", "--freeze-backbone"),
-        "clean_sgd": _collect_here(root, "clean_sgd", "--steps", "7", "--optimizer", "sgd", "--seed", "3", "--lr", "0.005"),
-        "clean_frozen": _collect_here(root, "clean_frozen", "--steps", "5", "--freeze-backbone", "--seed", "5"),
-        "clean_accumulation": _collect_here(root, "clean_accumulation", "--steps", "4", "--accumulate", "4"),
-        "bug_frozen_optimizer": _collect_here(root, "bug", "--steps", "4", "--bug", "optimizer-over-frozen"),
-        "bug_no_zero_grad": _collect_here(root, "bug_no_zero_grad", "--steps", "4", "--bug", "no-zero-grad"),
+        "reference": collect_mlp_here(root, "reference", "--steps", "10"),
+        "frozen_reference": collect_mlp_here(root, "frozen_reference", "--steps", "8", "--freeze-backbone"),
+        "clean_sgd": collect_mlp_here(root, "clean_sgd", "--steps", "7", "--optimizer", "sgd", "--seed", "3", "--lr", "0.005"),
+        "clean_frozen": collect_mlp_here(root, "clean_frozen", "--steps", "5", "--freeze-backbone", "--seed", "5"),
+        "clean_accumulation": collect_mlp_here(root, "clean_accumulation", "--steps", "4", "--accumulate", "4"),
+        "bug_frozen_optimizer": collect_mlp_here(root, "bug", "--steps", "4", "--bug", "optimizer-over-frozen"),
+        "bug_no_zero_grad": collect_mlp_here(root, "bug_no_zero_grad", "--steps", "4", "--bug", "no-zero-grad"),
     }
 
 
@@ -319,29 +308,19 @@ def test_output_dtype_follows_the_autocast_context(tmp_path):
     assert "returned float32" in violations[0]["message"]
 
 
-@pytest.mark.slow
 def test_a_parameter_initialised_twice_is_caught(tmp_path):
-    _a_parameter_initialised_twice_is_caught(lambda name, *args: _collect(tmp_path, name, *args))
-
-
-def test_a_parameter_initialised_twice_is_caught_in_process(agent_in_process, tmp_path):
-    _a_parameter_initialised_twice_is_caught(
-        lambda name, *args: collect_mlp_in_process(agent_in_process, tmp_path, name, *args))
-
-
-def _a_parameter_initialised_twice_is_caught(collect) -> None:
-    refs = [collect(f"ref{seed}", "--steps", "3", "--init", "normal", "--seed", str(seed)) for seed in (0, 4)]
+    refs = [collect_mlp_here(tmp_path, f"ref{seed}", "--steps", "3", "--init", "normal", "--seed", str(seed)) for seed in (0, 4)]
     invariants, _ = infer_invariants(refs)
     distinct = [i for i in invariants if i.relation == "DistinctArgument" and i.subject["api"] == "torch.nn.init.normal_"]
     assert len(distinct) == 1 and distinct[0].subject["argument"] == "tensor"
-    buggy = collect("bug", "--steps", "3", "--bug", "double-init")
+    buggy = collect_mlp_here(tmp_path, "bug", "--steps", "3", "--bug", "double-init")
     violations = [v for v in check_offline(invariants, [buggy]) if v["relation"] == "DistinctArgument"]
     # Once for normal_ itself, once for the initialisers' family.
     assert len(violations) == 2 and {v["step"] for v in violations} == {-1}
     messages = " | ".join(v["message"] for v in violations)
     assert "torch.nn.init.normal_ received the same parameter" in messages
     assert "torch.nn.init.normal_ initialised parameter" in messages
-    assert check_offline(invariants, [collect("clean", "--steps", "2", "--init", "normal", "--seed", "9")]) == []
+    assert check_offline(invariants, [collect_mlp_here(tmp_path, "clean", "--steps", "2", "--init", "normal", "--seed", "9")]) == []
 
 
 @pytest.mark.slow

@@ -7,14 +7,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import collect_mlp, collect_mlp_in_process
+from conftest import collect_mlp_in_process
 
 from traincheck_agent.check.offline import check_offline
 from traincheck_agent.check.online import OnlineChecker
 from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
-
-_collect = collect_mlp
 
 
 def _online(invariants, trace_dir: Path) -> tuple[list[dict], list[int]]:
@@ -37,17 +35,10 @@ def _key(v: dict) -> tuple:
     return v["invariant"], v["step"], v.get("variable", ""), v.get("api", ""), v["message"]
 
 
-@pytest.mark.slow
-def test_online_verdicts_equal_the_offline_ones_and_come_early(tmp_path):
-    _online_verdicts_equal_the_offline_ones(lambda name, *args: _collect(tmp_path, name, *args))
+def test_online_verdicts_equal_the_offline_ones_and_come_early(agent_in_process, tmp_path):
+    def collect(name: str, *args: str) -> Path:
+        return collect_mlp_in_process(agent_in_process, tmp_path, name, *args)
 
-
-def test_online_verdicts_equal_the_offline_ones_in_process(agent_in_process, tmp_path):
-    _online_verdicts_equal_the_offline_ones(
-        lambda name, *args: collect_mlp_in_process(agent_in_process, tmp_path, name, *args))
-
-
-def _online_verdicts_equal_the_offline_ones(collect) -> None:
     invariants, _ = infer_invariants([collect("ref", "--steps", "8"),
                                       collect("ref2", "--steps", "6", "--seed", "2")])
     for bug in ("no-zero-grad", "optimizer-over-frozen"):
@@ -62,18 +53,20 @@ def _online_verdicts_equal_the_offline_ones(collect) -> None:
     assert _online(invariants, clean)[0] == [] == check_offline(invariants, [clean])
 
 
-@pytest.mark.slow
-def test_call_relations_see_only_their_apis_and_judge_as_offline(tmp_path):
+def test_call_relations_see_only_their_apis_and_judge_as_offline(agent_in_process, tmp_path):
     """Relations whose examples are single calls of one API get only the records of the APIs
     their invariants name (``api_filter``); the verdicts stay those of the offline check."""
     from traincheck_agent.inference import relations
 
-    invariants, _ = infer_invariants([_collect(tmp_path, "ref", "--steps", "3", "--init", "normal"),
-                                      _collect(tmp_path, "ref2", "--steps", "3", "--init", "normal", "--seed", "4")])
+    def collect(name: str, *args: str) -> Path:
+        return collect_mlp_in_process(agent_in_process, tmp_path, name, *args)
+
+    invariants, _ = infer_invariants([collect("ref", "--steps", "3", "--init", "normal"),
+                                      collect("ref2", "--steps", "3", "--init", "normal", "--seed", "4")])
     filtered = ["ConsistentOutput", "ConsistentInputOutput", "DistinctArgument"]
     assert all(getattr(m, "record_filter", None) is not None for m in relations.load(filtered))
     assert {"ConsistentOutput", "DistinctArgument"} <= {i.relation for i in invariants}
-    run = _collect(tmp_path, "double-init", "--steps", "2", "--bug", "double-init")
+    run = collect("double-init", "--steps", "2", "--bug", "double-init")
     offline = check_offline(invariants, [run])
     online, _ = _online(invariants, run)
     assert any(v["relation"] == "DistinctArgument" for v in online)
@@ -134,15 +127,14 @@ def test_a_single_process_checker_loads_no_cross_rank_machinery():
         assert f"traincheck_agent.check.{module}" in pair, pair
 
 
-@pytest.mark.slow
-def test_collectors_skip_only_examples_no_invariant_watches(tmp_path):
+def test_collectors_skip_only_examples_no_invariant_watches(agent_in_process, tmp_path):
     """A checker tells each collector the example keys its invariants watch; the collectors
     that skip the others (EventContain, ContextArgument) still build every watched example, the
     same as a collector that builds them all."""
     from traincheck_agent.inference import relations
     from traincheck_agent.inference.stream import TraceSource
 
-    run = _collect(tmp_path, "ref", "--steps", "3")
+    run = collect_mlp_in_process(agent_in_process, tmp_path, "ref", "--steps", "3")
     [path] = find_trace_files([run])
     trace = TraceFile(path)
     records = list(trace.records())

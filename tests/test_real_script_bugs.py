@@ -11,7 +11,14 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, collect_in_process, read_traces, run_parallel, run_python
+from conftest import (
+    PIPELINES,
+    agent_env,
+    collect_in_one_child,
+    collect_in_process,
+    read_traces,
+    run_python,
+)
 
 from traincheck_agent.check.offline import check_offline
 from traincheck_agent.inference.engine import infer_invariants
@@ -100,12 +107,8 @@ def test_hf_trainer_with_an_optimizer_over_the_blocks_only(tmp_path):
             "clean": ["--steps", "6", "--seed", "3", "--lr", "5e-4"],
             "bug": ["--steps", "5", "--seed", "2", "--bug", "optimizer-over-blocks"]}
     outs = {name: tmp_path / name for name in runs}
-    for batch in (["ref", "ref2"], ["clean", "bug"]):
-        procs = run_parallel(*(([HF, *runs[name], "--out", str(tmp_path / f"{name}-trainer")],
-                                agent_env("collect", outs[name], OMP_NUM_THREADS="1")) for name in batch),
-                             timeout=300)
-        for name, proc in zip(batch, procs, strict=True):
-            assert proc.returncode == 0, f"{name}: {proc.stderr[-2000:]}"
+    collect_in_one_child(HF, {outs[name]: [*args, "--out", str(tmp_path / f"{name}-trainer")]
+                              for name, args in runs.items()}, OMP_NUM_THREADS="1")
     invariants, _ = infer_invariants([outs["ref"], outs["ref2"]])
     assert check_offline(invariants, [outs["clean"]]) == []
     violations, top = _top(invariants, outs["bug"])

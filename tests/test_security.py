@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import io
 import json
 import math
 import os
@@ -19,10 +20,12 @@ import re
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
 
 import pytest
-from conftest import MLP, agent_env
+from conftest import MLP, agent_active, agent_env, collect_in_process, collect_mlp_here, run_script
 
 import traincheck_agent
 from traincheck_agent.settings import ENV_VARS
@@ -380,10 +383,7 @@ def _run_with_umask(umask: int, args: list[str], env: dict[str, str]) -> subproc
 def reference(tmp_path_factory) -> Path:
     """A collected clean MLP run (``ref/``) and the invariants learned from it (``inv.json``)."""
     root = tmp_path_factory.mktemp("reference")
-    ref = root / "ref"
-    proc = subprocess.run([sys.executable, MLP, "--steps", "3"], env=agent_env("collect", ref),
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
+    ref = collect_mlp_here(root, "ref", "--steps", "3")
     inv = root / "inv.json"
     infer = subprocess.run([sys.executable, "-m", "traincheck_agent", "infer", str(ref), "-o", str(inv)],
                            capture_output=True, text=True, timeout=120)
@@ -391,28 +391,34 @@ def reference(tmp_path_factory) -> Path:
     return root
 
 
+@contextmanager
+def _umask(umask: int) -> Iterator[None]:
+    old = os.umask(umask)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
 @pytest.fixture(scope="module")
 def umask_runs(reference, tmp_path_factory) -> dict[int, Path]:
-    """Collect and check runs under each umask; the output directory is two levels below an
-    existing one, so the agent creates both."""
+    """Collect and check runs under each umask, in this process (the umask is the process's);
+    the output directory is two levels below an existing one, so the agent creates both."""
+    import torch
+
     root = tmp_path_factory.mktemp("umask")
     inv = reference / "inv.json"
-    jobs = {}
     for umask in (0o022, 0o077, 0o000):
         base = root / f"u{umask:03o}"
         base.mkdir()
         os.chmod(base, 0o755)
-        collect = agent_env("collect", base / "collect" / "deep")
-        check = agent_env("check", base / "check" / "deep", TRAINCHECK_INV=str(inv), TRAINCHECK_CHECK_TRACE="1")
-        jobs[umask] = [
-            _run_with_umask(umask, [MLP, "--steps", "3"], collect),
-            _run_with_umask(umask, [MLP, "--steps", "3", "--bug", "no-zero-grad"], check),
-        ]
-    for procs in jobs.values():
-        for p in procs:
-            _, err = p.communicate(timeout=120)
-            assert p.returncode == 0, err
-    return {umask: root / f"u{umask:03o}" for umask in jobs}
+        with _umask(umask):
+            collect_in_process(MLP, base / "collect" / "deep", "--steps", "3")
+            with torch.random.fork_rng(devices=[]), \
+                    agent_active("check", base / "check" / "deep", TRAINCHECK_INV=str(inv), TRAINCHECK_CHECK_TRACE="1"), \
+                    redirect_stderr(io.StringIO()):
+                run_script(MLP, "--steps", "3", "--bug", "no-zero-grad")
+    return {umask: root / f"u{umask:03o}" for umask in (0o022, 0o077, 0o000)}
 
 
 def _created(base: Path) -> tuple[list[Path], list[Path]]:
