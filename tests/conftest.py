@@ -216,6 +216,24 @@ def collect_in_process(script: str | Path, out_dir: Path, *args: str, threads: i
     return printed.getvalue()
 
 
+def plain_losses(*args: str, script: str | Path = MLP) -> list[float]:
+    """The losses ``script`` (the MLP pipeline by default) prints on its last line when run with
+    ``args`` in this process without the agent, from a fresh random state: the plain counterpart
+    whose numbers a run under the agent must reproduce bit for bit. The pipelines seed
+    themselves, and their sizes are far below torch's parallel grain, so the thread count does
+    not change a result."""
+    import contextlib
+    import io
+    import json
+
+    import torch
+
+    printed = io.StringIO()
+    with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(printed):
+        run_script(script, *args)
+    return json.loads(printed.getvalue().strip().splitlines()[-1])["losses"]
+
+
 def collect_in_one_child(script: str | Path, runs: dict[Path, list[str]], timeout: float = 400,
                          **env: str) -> None:
     """Collect the runs of ``script`` (output folder -> its arguments) one after another in a

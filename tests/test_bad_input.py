@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MLP, agent_env, read_traces, run_python
+from tests.conftest import MLP, agent_env, plain_losses, read_traces, run_python
 from traincheck_agent.inference.invariant import MAX_FILE_BYTES
 from traincheck_agent.policy.loader import MAX_POLICY_BYTES
 
@@ -416,20 +416,15 @@ def _traincheck(*args: object) -> tuple[subprocess.CompletedProcess, float]:
 def ref(tmp_path_factory) -> dict:
     """A clean trace, the invariants learned from it, and the losses of plain runs."""
     root = tmp_path_factory.mktemp("ref")
-    jobs = {"plain": ([MLP, *STEPS], agent_env(None, None)),
-            "plain_buggy": ([MLP, *BUGGY], agent_env(None, None)),
-            "collect": ([MLP, *STEPS], agent_env("collect", root / "clean"))}
-    with ThreadPoolExecutor(2) as pool:
-        procs = dict(zip(jobs, pool.map(lambda job: run_python(*job), jobs.values()), strict=True))
-    for proc in procs.values():
-        assert proc.returncode == 0, proc.stderr
+    collect = run_python([MLP, *STEPS], agent_env("collect", root / "clean"))
+    assert collect.returncode == 0, collect.stderr
     inv = root / "inv.json"
     proc, _ = _traincheck("infer", root / "clean", "-o", inv)
     assert proc.returncode == 0, proc.stderr
     [trace] = list((root / "clean").glob("trace_*.jsonl"))
     return {"root": root, "inv": inv, "trace": trace, "trace_lines": trace.read_bytes().splitlines(keepends=True),
-            "losses": _losses(procs["plain"].stdout), "buggy_losses": _losses(procs["plain_buggy"].stdout),
-            "collect_losses": _losses(procs["collect"].stdout)}
+            "losses": plain_losses(*STEPS), "buggy_losses": plain_losses(*BUGGY),
+            "collect_losses": _losses(collect.stdout)}
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ from conftest import (
     agent_active,
     agent_env,
     collect_mlp_here,
+    plain_losses,
     read_traces,
     run_parallel,
     run_script,
@@ -61,10 +62,7 @@ def _stage_warning(stage: str) -> str:
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory) -> dict[str, list[float]]:
     """Losses of the runs without the agent: clean and with the forgotten zero_grad."""
-    clean, buggy = run_parallel(([MLP, "--steps", STEPS], agent_env(None, None)),
-                                ([MLP, "--steps", STEPS, "--bug", "no-zero-grad"], agent_env(None, None)))
-    assert clean.returncode == 0 and buggy.returncode == 0, clean.stderr + buggy.stderr
-    return {"clean": _losses(clean.stdout), "buggy": _losses(buggy.stdout)}
+    return {"clean": plain_losses("--steps", STEPS), "buggy": plain_losses("--steps", STEPS, "--bug", "no-zero-grad")}
 
 
 @pytest.fixture(scope="module")

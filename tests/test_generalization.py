@@ -299,12 +299,12 @@ def test_boolean_defaults_are_recorded():
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory, torchrun_traces) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("ranks")
-    ddp, tp = str(PIPELINES / "ddp_train.py"), str(PIPELINES / "tp_train.py")
+    tp = str(PIPELINES / "tp_train.py")
     runs = {"ddp": torchrun_traces("ddp_train.py", "--steps", "6"), "tp": torchrun_traces("tp_train.py", "--steps", "6"),
             "ddp_bug": torchrun_traces("ddp_train.py", "--bug", "dtype-roundtrip"),
             "tp_bug": torchrun_traces("tp_train.py", "--bug", "clip-on-one-rank")}
-    runs.update(_collect(root, {"ddp_clean": [*TORCHRUN, ddp, "--steps", "5", "--seed", "3"],
-                                "tp_unmarked": [*TORCHRUN, tp, "--steps", "6", "--unmarked"]}))
+    runs["ddp_clean"] = torchrun_traces("ddp_train.py", "--steps", "8", "--seed", "1")
+    runs.update(_collect(root, {"tp_unmarked": [*TORCHRUN, tp, "--steps", "6", "--unmarked"]}))
     runs.update(_collect(root, {"tp_unmarked_bug": [*TORCHRUN, tp, "--unmarked", "--bug", "clip-on-one-rank"]}))
     return runs
 

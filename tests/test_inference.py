@@ -231,7 +231,7 @@ def _cross_rank(invariants):
 
 @pytest.mark.slow
 def test_ddp_replicas_are_equal_across_ranks(tmp_path, torchrun_traces):
-    invariants, _ = infer_invariants([torchrun_traces("ddp_train.py")])
+    invariants, _ = infer_invariants([torchrun_traces("ddp_train.py", "--steps", "6")])
     found = _cross_rank(invariants)
     equal_data = found[("after:optimizer.step", "data")]
     assert equal_data.precondition == () and equal_data.support["variables"] == 4
@@ -261,7 +261,7 @@ def test_ranks_loading_the_same_batches_are_caught(tmp_path, torchrun_traces):
     assert {v["relation"] for v in violations} == {"CrossRankValue"}
     assert violations[0]["step"] == -1 and violations[0]["ranks"] == [0, 1]  # the very first batch
     assert "ranks [0, 1] got the same value" in violations[0]["message"]
-    assert check_offline(invariants, [_torchrun(tmp_path, "clean", "ddp_train.py", "--steps", "8", "--seed", "1")]) == []
+    assert check_offline(invariants, [torchrun_traces("ddp_train.py", "--steps", "8", "--seed", "1")]) == []
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from conftest import PIPELINES, agent_env, read_traces, run_parallel
+from conftest import PIPELINES, agent_env, collect_mlp_here, plain_losses, read_traces, run_parallel
 
 from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import write_invariants
@@ -31,19 +31,14 @@ def _warnings(stderr: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def plain() -> dict[str, list[float]]:
-    clean, buggy = run_parallel(([MLP, *STEPS], agent_env(None, None)),
-                                ([MLP, *STEPS, "--bug", "no-zero-grad"], agent_env(None, None)))
-    assert clean.returncode == 0 and buggy.returncode == 0, clean.stderr + buggy.stderr
-    return {"clean": _losses(clean.stdout), "buggy": _losses(buggy.stdout)}
+    return {"clean": plain_losses(*STEPS), "buggy": plain_losses(*STEPS, "--bug", "no-zero-grad")}
 
 
 @pytest.fixture(scope="module")
 def inv(tmp_path_factory) -> str:
     """Invariants of a clean 10-step reference, in a file."""
     root = tmp_path_factory.mktemp("reference")
-    [proc] = run_parallel(([MLP, "--steps", "10"], agent_env("collect", root / "ref")))
-    assert proc.returncode == 0, proc.stderr
-    invariants, files = infer_invariants([root / "ref"])
+    invariants, files = infer_invariants([collect_mlp_here(root, "ref", "--steps", "10")])
     write_invariants(invariants, root / "inv.json", [str(f) for f in files])
     return str(root / "inv.json")
 
