@@ -216,22 +216,32 @@ def collect_in_process(script: str | Path, out_dir: Path, *args: str, threads: i
     return printed.getvalue()
 
 
-def plain_losses(*args: str, script: str | Path = MLP) -> list[float]:
-    """The losses ``script`` (the MLP pipeline by default) prints on its last line when run with
-    ``args`` in this process without the agent, from a fresh random state: the plain counterpart
-    whose numbers a run under the agent must reproduce bit for bit. The pipelines seed
-    themselves, and their sizes are far below torch's parallel grain, so the thread count does
-    not change a result."""
+def run_here(script: str | Path, *args: str, mode: str | None = None, out: Path | None = None,
+             **settings: str) -> tuple[str, str]:
+    """Run ``script`` with ``args`` in this process from a fresh random state, under the agent
+    for ``mode`` (writing to ``out``; ``settings`` are ``TRAINCHECK_*`` values) or without it:
+    what it printed to stdout and to stderr."""
     import contextlib
     import io
-    import json
 
     import torch
 
-    printed = io.StringIO()
-    with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(printed):
+    printed, errors = io.StringIO(), io.StringIO()
+    agent = agent_active(mode, out, **settings) if mode else contextlib.nullcontext()  # type: ignore[arg-type]
+    with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(printed), \
+            contextlib.redirect_stderr(errors), agent:
         run_script(script, *args)
-    return json.loads(printed.getvalue().strip().splitlines()[-1])["losses"]
+    return printed.getvalue(), errors.getvalue()
+
+
+def plain_losses(*args: str, script: str | Path = MLP) -> list[float]:
+    """The losses ``script`` (the MLP pipeline by default) prints on its last line when run with
+    ``args`` in this process without the agent: the plain counterpart whose numbers a run under
+    the agent must reproduce bit for bit. The pipelines seed themselves, and their sizes are far
+    below torch's parallel grain, so the thread count does not change a result."""
+    import json
+
+    return json.loads(run_here(script, *args)[0].strip().splitlines()[-1])["losses"]
 
 
 def collect_in_one_child(script: str | Path, runs: dict[Path, list[str]], timeout: float = 400,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MLP, agent_env, plain_losses, read_traces, run_python
+from tests.conftest import MLP, agent_env, plain_losses, read_traces, run_here, run_python
 from traincheck_agent.inference.invariant import MAX_FILE_BYTES
 from traincheck_agent.policy.loader import MAX_POLICY_BYTES
 
@@ -635,9 +635,9 @@ def test_policy_files_are_refused_quickly(made):
 @pytest.mark.slow
 @pytest.mark.parametrize(("variable", "value"), NON_FINITE_ENV)
 def test_non_finite_env_values_fall_back_to_the_default(variable, value, tmp_path, ref):
-    proc = run_python([MLP, *STEPS], agent_env("collect", tmp_path, **{variable: value}))
-    assert proc.returncode == 0 and _losses(proc.stdout) == ref["losses"]
-    assert f"[traincheck] warning: {variable}={value!r} is not a finite number" in proc.stderr
+    printed, errors = run_here(MLP, *STEPS, mode="collect", out=tmp_path, **{variable: value})
+    assert _losses(printed) == ref["losses"]
+    assert f"[traincheck] warning: {variable}={value!r} is not a finite number" in errors
     assert list(tmp_path.glob("trace_*.jsonl"))
 
 

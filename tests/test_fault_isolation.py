@@ -23,17 +23,20 @@ from conftest import (
     collect_mlp_here,
     plain_losses,
     read_traces,
+    run_here,
     run_parallel,
     run_script,
 )
 
+from traincheck_agent import faults
 from traincheck_agent.agent.runtime import ERROR_BUDGET
 from traincheck_agent.faults import ENV, STAGES
 from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.inference.invariant import write_invariants
 
-# Faults are read from the environment when the agent is imported, so most tests here start
-# Python child processes (real training under the agent, launchers): the slow tier.
+# Real training under the agent, in child processes where what is tested needs a process of its
+# own (faults read from the environment at start-up, a checker process, ranks), else in this one
+# with the faults armed here: the slow tier.
 pytestmark = pytest.mark.slow
 
 MLP = str(PIPELINES / "mlp_train.py")
@@ -75,35 +78,46 @@ def inv(tmp_path_factory) -> Path:
     return path
 
 
+def _run_with_fault(spec: str, out: Path, mode: str = "collect", **settings: str) -> tuple[list[float], str]:
+    """The losses and stderr of the MLP run in this process under the agent (``mode``,
+    ``settings``) with the faults of ``spec`` armed, as ``TRAINCHECK_INJECT_FAULT`` arms them in
+    a process that starts with it (a checker process of this one would not see them)."""
+    faults.arm(spec)
+    try:
+        printed, errors = run_here(MLP, "--steps", STEPS, mode=mode, out=out, **settings)
+    finally:
+        faults.arm(None)
+    return _losses(printed), errors
+
+
 @pytest.mark.parametrize("stage", ["record", "describe", "fingerprint", "snapshot", "writer"])
 def test_collect_stage_fault_is_one_warning_and_the_training_is_unchanged(stage, plain, tmp_path):
     out = tmp_path / "out"
-    [proc] = run_parallel(([MLP, "--steps", STEPS], agent_env("collect", out, **{ENV: stage})))
-    assert proc.returncode == 0, proc.stderr
-    assert _losses(proc.stdout) == plain["clean"]
-    warnings = _warnings(proc.stderr)
-    assert warnings[0].startswith(_stage_warning(stage)), proc.stderr
+    losses, stderr = _run_with_fault(stage, out)
+    assert losses == plain["clean"]
+    warnings = _warnings(stderr)
+    assert warnings[0].startswith(_stage_warning(stage)), stderr
     assert sum(w.startswith("[traincheck] warning: agent error in") for w in warnings) == 1
     if stage != "writer":  # a stage entered on every call or snapshot passes the budget
-        assert warnings[1:] == [f"[traincheck] warning: {SWITCHED_OFF}"], proc.stderr
+        assert warnings[1:] == [f"[traincheck] warning: {SWITCHED_OFF}"], stderr
     else:  # every batch failed to be written: a few errors, nothing recorded, nothing else said
-        assert len(warnings) == 1 and not list(out.glob("*.jsonl")), proc.stderr
+        assert len(warnings) == 1 and not list(out.glob("*.jsonl")), stderr
     for trace in read_traces(out) if out.exists() else []:  # whatever was written stays readable
         assert trace.header["mode"] == "collect"
 
 
 def test_a_fault_in_wrapping_switches_the_agent_off_before_the_training(plain, tmp_path):
-    [proc] = run_parallel(([MLP, "--steps", STEPS], agent_env("collect", tmp_path / "out", **{ENV: "wrap"})))
-    assert proc.returncode == 0, proc.stderr
-    assert _losses(proc.stdout) == plain["clean"]
-    [warning] = _warnings(proc.stderr)
+    losses, stderr = _run_with_fault("wrap", tmp_path / "out")
+    assert losses == plain["clean"]
+    [warning] = _warnings(stderr)
     assert "agent switched off in this process: cannot instrument torch" in warning
     assert STAGES["wrap"] in warning
     assert not list((tmp_path / "out").glob("*.jsonl"))
 
 
-def test_a_transient_fault_costs_only_what_it_hit(plain, tmp_path):
-    """Two failed snapshots: one warning, the agent stays on, later snapshots are recorded."""
+def test_a_fault_read_from_the_environment_at_start_up_is_injected(plain, tmp_path):
+    """The variable arms the faults of a process that starts with it: two failed snapshots,
+    one warning, the agent stays on, later snapshots are recorded."""
     out = tmp_path / "out"
     [proc] = run_parallel(([MLP, "--steps", STEPS], agent_env("collect", out, **{ENV: "snapshot:2"})))
     assert proc.returncode == 0, proc.stderr
@@ -119,13 +133,17 @@ def test_a_transient_fault_costs_only_what_it_hit(plain, tmp_path):
                                                 ("fingerprint", "auto"), ("describe", "auto")])
 def test_check_stage_fault_is_one_warning_and_the_training_is_unchanged(stage, checker, inv, plain, tmp_path):
     out = tmp_path / "out"
-    [proc] = run_parallel(([MLP, "--steps", STEPS], agent_env("check", out, TRAINCHECK_INV=str(inv),
-                                                             TRAINCHECK_CHECKER=checker, **{ENV: stage})))
-    assert proc.returncode == 0, proc.stderr
-    assert _losses(proc.stdout) == plain["clean"]
-    warnings = _warnings(proc.stderr)
+    if checker == "process":  # the checker process arms its faults from its environment
+        [proc] = run_parallel(([MLP, "--steps", STEPS], agent_env("check", out, TRAINCHECK_INV=str(inv),
+                                                                 TRAINCHECK_CHECKER=checker, **{ENV: stage})))
+        assert proc.returncode == 0, proc.stderr
+        losses, stderr = _losses(proc.stdout), proc.stderr
+    else:
+        losses, stderr = _run_with_fault(stage, out, "check", TRAINCHECK_INV=str(inv), TRAINCHECK_CHECKER=checker)
+    assert losses == plain["clean"]
+    warnings = _warnings(stderr)
     # A checker process reports its errors as text: the parent names the stage, then the child's error.
-    assert warnings[0].startswith(_stage_warning(stage).replace("(InjectedFault: ", "(")), proc.stderr
+    assert warnings[0].startswith(_stage_warning(stage).replace("(InjectedFault: ", "(")), stderr
     assert "InjectedFault: fault injected into" in warnings[0]
     assert sum(w.startswith("[traincheck] warning: agent error in") for w in warnings) == 1
     assert f"[traincheck] warning: {SWITCHED_OFF}" in warnings

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import ast
-import io
 import json
 import math
 import os
@@ -21,11 +20,11 @@ import stat
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stderr
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import MLP, agent_active, agent_env, collect_in_process, collect_mlp_here, run_script
+from conftest import MLP, agent_env, collect_mlp_here, run_here
 
 import traincheck_agent
 from traincheck_agent.settings import ENV_VARS
@@ -404,8 +403,6 @@ def _umask(umask: int) -> Iterator[None]:
 def umask_runs(reference, tmp_path_factory) -> dict[int, Path]:
     """Collect and check runs under each umask, in this process (the umask is the process's);
     the output directory is two levels below an existing one, so the agent creates both."""
-    import torch
-
     root = tmp_path_factory.mktemp("umask")
     inv = reference / "inv.json"
     for umask in (0o022, 0o077, 0o000):
@@ -413,11 +410,9 @@ def umask_runs(reference, tmp_path_factory) -> dict[int, Path]:
         base.mkdir()
         os.chmod(base, 0o755)
         with _umask(umask):
-            collect_in_process(MLP, base / "collect" / "deep", "--steps", "3")
-            with torch.random.fork_rng(devices=[]), \
-                    agent_active("check", base / "check" / "deep", TRAINCHECK_INV=str(inv), TRAINCHECK_CHECK_TRACE="1"), \
-                    redirect_stderr(io.StringIO()):
-                run_script(MLP, "--steps", "3", "--bug", "no-zero-grad")
+            run_here(MLP, "--steps", "3", mode="collect", out=base / "collect" / "deep")
+            run_here(MLP, "--steps", "3", "--bug", "no-zero-grad", mode="check", out=base / "check" / "deep",
+                     TRAINCHECK_INV=str(inv), TRAINCHECK_CHECK_TRACE="1")
     return {umask: root / f"u{umask:03o}" for umask in (0o022, 0o077, 0o000)}
 
 
