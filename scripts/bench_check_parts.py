@@ -1,6 +1,9 @@
-"""Where check mode's time goes on the bundled CNN, part by part, timed inside one process
-each (steadier than whole-run wall times on a shared machine; ``bench_check_overhead.py`` gives
-those, and the training loop's ratio).
+"""Where check mode's time goes, part by part, timed inside one process each (steadier than
+whole-run wall times on a shared machine; ``bench_check_overhead.py`` gives those, and the
+training loop's ratio). Two workloads (``--example``): the bundled CNN (``cnn``, about 6 ms a
+step on 2 cores) and a GPT-style decoder trained with AdamW on random tokens (``gpt``, the
+bundled ``transformer_lm`` at its ``bench`` size, about 30 ms a step); the invariants come from
+two clean reference runs of the same example.
 
 - ``judging``: the online checker fed the records of one clean 50-step collect run of the
   example (a superset of what check mode hands it), replayed in a fresh interpreter: ms per run
@@ -17,7 +20,7 @@ those, and the training loop's ratio).
   what each costs inside the loop. A block's first step is left out: the agent did not see the
   step before it.
 
-    python scripts/bench_check_parts.py [--repeats 20] [--loop-steps 400 --block 10 --loop-runs 3]
+    python scripts/bench_check_parts.py [--example cnn|gpt] [--repeats 20] [--loop-steps 400 --block 10 --loop-runs 3]
 """
 
 from __future__ import annotations
@@ -34,11 +37,75 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_check_overhead import violations_in, write_invariant_files  # noqa: E402
+from bench_check_overhead import violations_in  # noqa: E402
 
-from traincheck_agent.examples import cnn_train  # noqa: E402
+from traincheck_agent.examples import cnn_train, transformer_lm  # noqa: E402
+from traincheck_agent.inference.engine import infer_invariants  # noqa: E402
+from traincheck_agent.inference.invariant import write_invariants  # noqa: E402
 
-EXAMPLE = cnn_train.__file__
+GPT_SIZE, GPT_BATCH = "bench", "4"
+
+# Each example: its script, the arguments of its collected runs (references and the replayed
+# clean run) and the Python that builds its model and defines ``step()``, one training step,
+# inside the measuring interpreter (``steps``: how many it will take). The classes are named as
+# in the references, which ran the script as ``__main__``.
+EXAMPLES = {
+    "cnn": (cnn_train.__file__, [], textwrap.dedent("""
+        from torch.utils.data import DataLoader
+        example = runpy.run_path({script!r}, run_name="bench_example")  # its classes, not its main()
+        example["SmallCNN"].__module__ = "__main__"
+        torch.manual_seed(0)
+        model = example["SmallCNN"]()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        batches = iter(DataLoader(example["synthetic_data"]((steps + 8) * 32, 0), batch_size=32, shuffle=True,
+                                  generator=torch.Generator().manual_seed(0)))
+        def step():
+            images, labels = next(batches)
+            model.train()
+            optimizer.zero_grad()
+            loss = loss_fn(model(images), labels)
+            loss.backward()
+            optimizer.step()
+            loss.item()
+    """)),
+    "gpt": (transformer_lm.__file__, ["--size", GPT_SIZE, "--batch-size", GPT_BATCH], textwrap.dedent(f"""
+        example = runpy.run_path({{script!r}}, run_name="bench_example")
+        for name in ("TinyLM", "Block", "Float32Linear"):
+            example[name].__module__ = "__main__"
+        d, layers, heads, vocab, context = example["SIZES"][{GPT_SIZE!r}]
+        torch.manual_seed(0)
+        model = example["TinyLM"](d, layers, heads, vocab, context)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+        gen = torch.Generator().manual_seed(0)
+        def step():
+            tokens = torch.randint(0, vocab, ({GPT_BATCH}, context + 1), generator=gen)
+            optimizer.zero_grad()
+            logits = model(tokens[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+            loss.backward()
+            optimizer.step()
+            loss.item()
+    """)),
+}
+
+
+def _collect(example: str, out_dir: Path, steps: int, seed: int) -> Path:
+    script, args, _ = EXAMPLES[example]
+    proc = subprocess.run([sys.executable, script, *args, "--steps", str(steps), "--seed", str(seed)],
+                          env=_env("collect", out_dir, out_dir), capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        raise SystemExit(f"collect run failed: {proc.stderr[-2000:]}")
+    return out_dir
+
+
+def _invariants(example: str, tmp: Path, steps: int) -> tuple[Path, int]:
+    """The invariants of two clean reference runs (seeds 1 and 2), in a file."""
+    refs = [_collect(example, tmp / f"ref{seed}", steps, seed) for seed in (1, 2)]
+    invariants, files = infer_invariants(refs)
+    path = tmp / "inv.json"
+    write_invariants(invariants, path, [str(f) for f in files])
+    return path, len(invariants)
 
 
 def _env(mode: str | None, out_dir: Path, invariants: Path) -> dict[str, str]:
@@ -91,29 +158,24 @@ JUDGING = textwrap.dedent("""
 SNAPSHOTS = textwrap.dedent("""
     import json, runpy, statistics, time
     import torch
-    example = runpy.run_path({example!r}, run_name="cnn_example")  # its classes, not its main()
-    torch.manual_seed(0)
-    model = example["SmallCNN"]()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    images, labels = example["synthetic_data"](32, 0).tensors
-    for _ in range(3):
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(images), labels).backward()
-        optimizer.step()
+    steps = 3
+    {setup}
+    for _ in range(steps):
+        step()
     from traincheck_agent.agent import runtime
     rt = runtime.current
     points = [(w, e) for e in ("zero_grad", "backward", "optimizer.step") for w in ("before", "after")]
-    def step():
+    def snapshots():
         for when, event in points:
             rt.probe.snapshot(when, event, 1, optimizer=None if event == "backward" else optimizer)
         rt.writer._buffer.clear()
     for _ in range(50):
-        step()
+        snapshots()
     times = []
     for _ in range(7):
         start = time.perf_counter()
         for _ in range(200):
-            step()
+            snapshots()
         times.append((time.perf_counter() - start) / 200)
     print(json.dumps({{"us_per_step": round(statistics.median(times) * 1e6, 1)}}))
 """)
@@ -122,39 +184,25 @@ SNAPSHOTS = textwrap.dedent("""
 IN_LOOP = textwrap.dedent("""
     import json, runpy, statistics, sys, time
     import torch
-    from torch.utils.data import DataLoader
     from traincheck_agent.agent import runtime
     from traincheck_agent.agent.record.state_probe import StateProbe
     from traincheck_agent.agent.checking.check_mode import CheckSink
-    example = runpy.run_path({example!r}, run_name="cnn_example")  # its classes, not its main()
-    example["SmallCNN"].__module__ = "__main__"  # named as in the references, run as a script
     without = set(filter(None, sys.argv[1].split(",")))
     if "snapshots" in without:
         StateProbe.snapshot = lambda self, *args, **kwargs: None
     if "judging" in without:
         CheckSink._feed_here = lambda self, records: None
     steps, block = int(sys.argv[2]), int(sys.argv[3])
-    torch.manual_seed(0)
-    model = example["SmallCNN"]()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    batches = iter(DataLoader(example["synthetic_data"](steps * 32, 0), batch_size=32, shuffle=True,
-                              generator=torch.Generator().manual_seed(0)))
+    {setup}
     agent = runtime.current
     blocks = {{True: [], False: []}}
-    for step in range(steps):
-        agent_on = (step // block) % 2 == 0
+    for i in range(steps):
+        agent_on = (i // block) % 2 == 0
         runtime.current = agent if agent_on else None
         start = time.perf_counter()
-        images, labels = next(batches)
-        model.train()
-        optimizer.zero_grad()
-        loss = loss_fn(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        loss.item()
+        step()
         elapsed = time.perf_counter() - start
-        if step % block == 0:
+        if i % block == 0:
             blocks[agent_on].append([])
         else:
             blocks[agent_on][-1].append(elapsed)
@@ -167,7 +215,12 @@ IN_LOOP = textwrap.dedent("""
 """)
 
 
-def in_loop(invariants: Path, out_dir: Path, steps: int, block: int, runs: int) -> dict[str, object]:
+def _program(template: str, example: str) -> str:
+    script, _, setup = EXAMPLES[example]
+    return template.format(setup=setup.format(script=script))
+
+
+def in_loop(example: str, invariants: Path, out_dir: Path, steps: int, block: int, runs: int) -> dict[str, object]:
     """Per-step cost of the agent in the loop, whole and without judging / snapshots (ms): the
     median of ``runs`` processes each."""
     variants = {"agent": "", "without_judging": "judging", "without_snapshots": "snapshots",
@@ -176,17 +229,21 @@ def in_loop(invariants: Path, out_dir: Path, steps: int, block: int, runs: int) 
     for run in range(runs):
         for label, without in variants.items():  # interleaved: drift hits every variant alike
             env = _env("check", out_dir / f"{label}{run}", invariants)
-            found[label].append(_python(IN_LOOP.format(example=EXAMPLE), env, without, str(steps), str(block)))
+            found[label].append(_python(_program(IN_LOOP, example), env, without, str(steps), str(block)))
     report: dict[str, object] = {}
     for label, results in found.items():
         report[f"{label}_ms_per_step"] = round(statistics.median(r["overhead_ms"] for r in results), 3)
-    report["plain_ms_per_step"] = round(statistics.median(r["off_ms"] for r in found["agent"]), 3)
+    plain = statistics.median(r["off_ms"] for r in found["agent"])
+    report["plain_ms_per_step"] = round(plain, 3)
+    report["step_ratio"] = round((plain + report["agent_ms_per_step"]) / plain, 3)  # type: ignore[operator]
     report["violations"] = sum(violations_in(out_dir / f"agent{run}") for run in range(runs))
     return report
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--example", choices=sorted(EXAMPLES), default="cnn", help="the workload")
+    parser.add_argument("--reference-steps", type=int, default=50, help="steps of each reference run")
     parser.add_argument("--repeats", type=int, default=20, help="replays of the records (the median counts)")
     parser.add_argument("--loop-steps", type=int, default=400, help="steps of each in-loop process")
     parser.add_argument("--block", type=int, default=10, help="steps per on / off block in the loop")
@@ -197,17 +254,14 @@ def main() -> None:
                      "least four blocks")
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        invariants, _, n_invariants = write_invariant_files(tmp, 50)
-        clean = tmp / "clean"
-        proc = subprocess.run([sys.executable, EXAMPLE, "--steps", "50", "--seed", "3"],
-                              env=_env("collect", clean, invariants), capture_output=True, text=True, timeout=600)
-        if proc.returncode != 0:
-            raise SystemExit(f"clean run failed: {proc.stderr[-2000:]}")
+        invariants, n_invariants = _invariants(args.example, tmp, args.reference_steps)
+        clean = _collect(args.example, tmp / "clean", args.reference_steps, 3)
         report = {
+            "example": args.example,
             "invariants": n_invariants,
             "judging": _python(JUDGING, _env(None, tmp, invariants), str(invariants), str(clean), str(args.repeats)),
-            "snapshots": _python(SNAPSHOTS.format(example=EXAMPLE), _env("check", tmp / "snap", invariants)),
-            "in_loop": in_loop(invariants, tmp / "loop", args.loop_steps, args.block, args.loop_runs),
+            "snapshots": _python(_program(SNAPSHOTS, args.example), _env("check", tmp / "snap", invariants)),
+            "in_loop": in_loop(args.example, invariants, tmp / "loop", args.loop_steps, args.block, args.loop_runs),
         }
     print(json.dumps(report, indent=2))
 
