@@ -227,7 +227,9 @@ def run_here(script: str | Path, *args: str, mode: str | None = None, out: Path 
     import torch
 
     printed, errors = io.StringIO(), io.StringIO()
-    agent = agent_active(mode, out, **settings) if mode else contextlib.nullcontext()  # type: ignore[arg-type]
+    if mode is not None and out is None:
+        raise ValueError("a run under the agent needs an output folder")
+    agent = agent_active(mode, out, **settings) if mode is not None and out is not None else contextlib.nullcontext()
     with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(printed), \
             contextlib.redirect_stderr(errors), agent:
         run_script(script, *args)
