@@ -12,6 +12,7 @@ import pytest
 from conftest import PIPELINES, Trace, agent_env, read_traces, run_parallel, run_python
 
 from traincheck_agent.examples import cnn_train
+from traincheck_agent.trace.schema import SCHEMA_VERSION
 
 # Every test here starts Python child processes (real training under the agent, launchers, the
 # startup hook, the CLI): the slow tier.
@@ -43,7 +44,7 @@ def mlp_trace(tmp_path_factory) -> Trace:
 def test_header_describes_the_process(mlp_trace):
     trace = mlp_trace
     h = trace.header
-    assert h["schema"] == 1 and h["mode"] == "collect"
+    assert h["schema"] == SCHEMA_VERSION and h["mode"] == "collect"
     assert h["rank"] == 0 and h["world_size"] == 1
     assert h["run_id"] and h["pid"] > 0 and h["host"]
     assert h["versions"]["torch"].startswith("2.")

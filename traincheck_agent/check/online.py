@@ -31,7 +31,8 @@ from traincheck_agent.inference import relations
 from traincheck_agent.inference.coverage import Coverage, violations_of
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.stream import Collector, TraceSource, route_by_kind
-from traincheck_agent.trace.schema import KIND_HEADER, KIND_PROCESS
+from traincheck_agent.trace.schema import KIND_HEADER, KIND_PROCESS, KIND_SNAPSHOT
+from traincheck_agent.trace.snapshot import expand
 
 if TYPE_CHECKING:
     from traincheck_agent.check.cross_rank_checks import CrossRankChecks, ExchangeFactory
@@ -102,6 +103,10 @@ class OnlineChecker:
             self._start(record)
             return
         kind = record.get("kind", "")
+        if kind == KIND_SNAPSHOT:
+            for state in expand(record):
+                self.feed(state)
+            return
         if kind == KIND_PROCESS and self._cross_rank is None and self._rank_watches:
             self._start_cross_rank(record)  # the ranks came up after the header was written
         for accepts, collect, judge in self._routes.get(kind, ()):

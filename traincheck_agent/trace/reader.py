@@ -3,6 +3,9 @@
 A process killed mid-write (SIGKILL, OOM killer, node failure) can leave a torn last line, so an
 unparsable *last* line is skipped with a warning. An unparsable line anywhere else means the file
 is damaged in a way the writer never produces, and is reported with its file and line number.
+
+A ``snapshot`` record (schema 2) is expanded into the per-variable ``state`` records it stands
+for (``trace.snapshot``), so every consumer reads one form whichever agent wrote the trace.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ from traincheck_agent.messages import warn
 from traincheck_agent.trace.schema import (
     KIND_CALL,
     KIND_HEADER,
+    KIND_SNAPSHOT,
     KIND_STATE,
     SCHEMA_VERSION,
     TRACE_GLOB,
 )
+from traincheck_agent.trace.snapshot import SnapshotFormatError, expand
 
 
 class _ReadingSession:
@@ -137,6 +142,7 @@ def find_trace_files(paths: Iterable[str | Path]) -> list[Path]:
 _FIELD_TYPES: dict[str, tuple[tuple[str, type], ...]] = {
     KIND_CALL: (("api", str), ("step", int), ("phase", str), ("args", dict)),
     KIND_STATE: (("var", str), ("step", int), ("where", str), ("phase", str), ("attrs", dict)),
+    KIND_SNAPSHOT: (("step", int), ("where", str), ("phase", str), ("blocks", list)),
 }
 
 
@@ -226,7 +232,7 @@ class TraceFile:
             pending: tuple[int, bytes] | None = None
             for item in lines:
                 if pending is not None:
-                    yield self._strict(*pending)
+                    yield from self._strict(*pending)
                 pending = item
             if pending is None:
                 return
@@ -236,19 +242,25 @@ class TraceFile:
                 if _first_torn_report(self.path):
                     warn(f"{self.path}:{line_no}: skipped a torn last line ({problem})")
                 return
-            yield self._checked(line_no, record)
+            yield from self._checked(line_no, record)
 
-    def _strict(self, line_no: int, line: bytes) -> dict[str, Any]:
+    def _strict(self, line_no: int, line: bytes) -> list[dict[str, Any]] | tuple[dict[str, Any]]:
         record, problem = _parse(line)
         if record is None:
             raise TraceFormatError(self.path, line_no, f"line is {problem}")
         return self._checked(line_no, record)
 
-    def _checked(self, line_no: int, record: dict[str, Any]) -> dict[str, Any]:
+    def _checked(self, line_no: int, record: dict[str, Any]) -> list[dict[str, Any]] | tuple[dict[str, Any]]:
+        """The records a line stands for: itself, or a snapshot's state records."""
         problem = _schema_problem(record)
         if problem:
             raise TraceFormatError(self.path, line_no, f"line is {problem}")
-        return record
+        if record.get("kind") != KIND_SNAPSHOT:
+            return (record,)
+        try:
+            return list(expand(record))
+        except SnapshotFormatError as exc:
+            raise TraceFormatError(self.path, line_no, f"line is {exc}") from None
 
 
 __all__ = ["EmptyTraceError", "TraceFile", "TraceFormatError", "find_trace_files"]

@@ -25,6 +25,11 @@ A trace is one JSON-lines file per process. Every line is one JSON object with a
     ``requires_grad`` and framework attributes such as ``tensor_model_parallel``. The snapshots
     of an optimizer step given a closure carry ``closure_calls``: its ``before`` one is taken
     when the closure first returns (1), its ``after`` one counts every evaluation.
+``snapshot``
+    everything one snapshot point looked at, in one record: the fields of a ``state`` record
+    other than ``var``, ``vtype``, ``owner`` and ``attrs`` once, and the variables in
+    ``blocks`` of columns (``trace.snapshot``). Readers expand it into the ``state`` records it
+    stands for; the agent writes snapshots this way from schema 2 on.
 ``groups``
     this rank's process groups, written when they change (``step``, ``t_ns``, ``groups``: a
     list of ``{"ranks": [global ranks], "family": "size2/stride1", "name": ..., "desc": ...}``,
@@ -53,18 +58,20 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
-SCHEMA_VERSION = 1
+# 2: state snapshots are written as ``snapshot`` records (schema 1 traces are still read).
+SCHEMA_VERSION = 2
 
 KIND_HEADER = "header"
 KIND_PROCESS = "process"
 KIND_CALL = "call"
 KIND_STATE = "state"
+KIND_SNAPSHOT = "snapshot"
 KIND_GROUPS = "groups"
 KIND_NOTE = "note"
 
 CLOSURE_CALLS = "closure_calls"  # state records of a step given a closure: its evaluations so far
 
-KINDS = (KIND_HEADER, KIND_PROCESS, KIND_CALL, KIND_STATE, KIND_GROUPS, KIND_NOTE)
+KINDS = (KIND_HEADER, KIND_PROCESS, KIND_CALL, KIND_STATE, KIND_SNAPSHOT, KIND_GROUPS, KIND_NOTE)
 
 PHASE_INIT = "init"
 PHASE_TRAIN = "train"
@@ -155,6 +162,21 @@ class StateRecord(_StateOptional):
     attrs: dict[str, Any]  # data / grad fingerprints, dtype, shape, device, requires_grad, ...
 
 
+class _SnapshotOptional(TypedDict, total=False):
+    grad_sync: bool
+    closure_calls: int
+
+
+class SnapshotRecord(_SnapshotOptional):
+    kind: Literal["snapshot"]
+    where: str
+    call: int | None
+    step: int
+    phase: str
+    t_ns: int
+    blocks: list[dict[str, Any]]  # vars, vtype, owner, cols, extra (``trace.snapshot``)
+
+
 class _GroupOptional(TypedDict, total=False):
     name: str
     desc: str
@@ -185,7 +207,8 @@ class NoteRecord(_NoteOptional):
     what: str  # e.g. dropped_records, step_boundary
 
 
-TraceRecord = HeaderRecord | ProcessRecord | CallRecord | StateRecord | GroupsRecord | NoteRecord
+TraceRecord = (HeaderRecord | ProcessRecord | CallRecord | StateRecord | SnapshotRecord | GroupsRecord
+               | NoteRecord)
 
 
 def trace_file_name(run_id: str, rank: int, pid: int) -> str:

@@ -22,7 +22,7 @@ from traincheck_agent.agent.record.descriptors import device_name, dtype_name
 from traincheck_agent.agent.record.model_registry import ModelRegistry
 from traincheck_agent.fingerprint import fingerprint_tensors
 from traincheck_agent.policy.model import Policy, StateRule
-from traincheck_agent.trace.schema import KIND_STATE
+from traincheck_agent.trace.snapshot import SnapshotBuilder
 
 Emit = Callable[[dict[str, Any]], None]
 _MISSING = object()
@@ -49,6 +49,15 @@ def _scalar_hyperparams(group: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(value, (tuple, list)) and all(isinstance(v, (int, float)) for v in value):
             out[key] = list(value)
     return out
+
+
+def _one_or_each(values: list[Any]) -> Any:
+    """One value when every entry is the same (a column written once), else the list; None
+    for a column of Nones."""
+    first = values[0] if values else None
+    if all(v == first for v in values):
+        return first
+    return values
 
 
 class StateProbe:
@@ -110,7 +119,6 @@ class StateProbe:
         self.groups.poll(self.clock.step)
         where = f"{when}:{event}"
         base = {
-            "kind": KIND_STATE,
             "where": where,
             "call": call_id,
             "step": self.clock.step,
@@ -121,17 +129,21 @@ class StateProbe:
             base["grad_sync"] = False  # inside DDP's no_sync: grads stay local to the rank
         if extra:
             base.update(extra)
+        snap = SnapshotBuilder(base)
         items = rule.items
         if "params.data" in items or "params.grad" in items:
-            self._params(base, items, self._select_params(optimizer, module))
+            self._params(snap, items, self._select_params(optimizer, module))
         if "optimizer.hyperparams" in items and (optimizer is not None or hyperparams_of is not None):
-            self._hyperparams(base, optimizer if optimizer is not None else hyperparams_of)
+            self._hyperparams(snap, optimizer if optimizer is not None else hyperparams_of)
         if optimizer is not None and "optimizer.state" in items:
-            self._optimizer_state(base, optimizer)
+            self._optimizer_state(snap, optimizer)
         if "module.mode" in items:
-            self._module_modes(base, module)
+            self._module_modes(snap, module)
         if "buffers" in items:
-            self._buffers(base, module)
+            self._buffers(snap, module)
+        record = snap.built()
+        if record is not None:
+            self.emit(record)
 
     # -- what to look at -------------------------------------------------------------------
     def _select_params(
@@ -160,7 +172,7 @@ class StateProbe:
                     selected.append((registry.param_name(p) or f"{root_name}.{n}", p))
         return selected
 
-    def _params(self, base: dict[str, Any], items: Iterable[str], params: list[tuple[str, torch.Tensor]]) -> None:
+    def _params(self, snap: SnapshotBuilder, items: Iterable[str], params: list[tuple[str, torch.Tensor]]) -> None:
         want_data = "params.data" in items
         want_grad = "params.grad" in items
         # Each grad is read once: another thread training the same parameters may replace it.
@@ -172,45 +184,61 @@ class StateProbe:
             if grad is not None:
                 tensors.append(grad)
         fps = iter(fingerprint_tensors(tensors))
-        extra_attrs = self.policy.param_attributes
-        owners = self.registry.param_owner
-        declared = self._declared
-        for (name, p), grad in zip(params, grads, strict=True):
-            attrs: dict[str, Any] = {
-                "dtype": dtype_name(p.dtype),
-                "shape": list(p.shape),
-                "device": device_name(p.device),
-                "requires_grad": p.requires_grad,
-            }
+        cols: dict[str, list[Any]] = {
+            "dtype": [dtype_name(p.dtype) for _, p in params],
+            "shape": [list(p.shape) for _, p in params],
+            "device": [device_name(p.device) for _, p in params],
+            "requires_grad": [p.requires_grad for _, p in params],
+        }
+        if want_data or want_grad:
+            data_col, grad_col = [], []
+            for grad in grads:
+                if want_data:
+                    data_col.append(next(fps))
+                if want_grad:
+                    grad_col.append(next(fps) if grad is not None else None)
             if want_data:
-                attrs["data"] = next(fps)
+                cols["data"] = data_col
             if want_grad:
-                attrs["grad"] = next(fps) if grad is not None else None
+                cols["grad"] = grad_col
+        snap.add_columns([name for name, _ in params], _one_or_each([type(p).__name__ for _, p in params]),
+                         self._owners(params), cols, self._extra_attributes(params))
+
+    def _owners(self, params: list[tuple[str, torch.Tensor]]) -> str | list[str | None] | None:
+        owners = self.registry.param_owner
+        return _one_or_each([owners.get(id(p)) for _, p in params])
+
+    def _extra_attributes(self, params: list[tuple[str, torch.Tensor]]) -> list[list[Any]] | None:
+        """The policy's parameter attributes (``tensor_model_parallel`` ...) that parameters
+        hold, as ``[index, {attribute: value}]`` pairs."""
+        extra_attrs = self.policy.param_attributes
+        if not extra_attrs:
+            return None
+        declared = self._declared
+        out: list[list[Any]] = []
+        for i, (_, p) in enumerate(params):
             known = declared.get(type(p))  # None until the class was looked at
-            if extra_attrs and (p.__dict__ or known or (known is None and self._declares(type(p)))):
+            if p.__dict__ or known or (known is None and self._declares(type(p))):
+                found = {}
                 for attr in extra_attrs:
                     value = getattr(p, attr, None)
                     if value is not None and isinstance(value, (bool, int, float, str)):
-                        attrs[attr] = value
-            record = dict(base, var=name, vtype=type(p).__name__, attrs=attrs)
-            owner = owners.get(id(p))
-            if owner is not None:
-                record["owner"] = owner
-            self.emit(record)
+                        found[attr] = value
+                if found:
+                    out.append([i, found])
+        return out or None
 
-    def _hyperparams(self, base: dict[str, Any], optimizer: torch.optim.Optimizer) -> None:
+    def _hyperparams(self, snap: SnapshotBuilder, optimizer: torch.optim.Optimizer) -> None:
         opt_name = self.registry.optimizer_name(optimizer)
         for gi, group in enumerate(optimizer.param_groups):
-            self.emit(dict(base, var=f"{opt_name}.param_groups.{gi}", vtype="param_group",
-                           owner=opt_name, attrs=_scalar_hyperparams(group)))
+            snap.add_row(f"{opt_name}.param_groups.{gi}", "param_group", opt_name, _scalar_hyperparams(group))
         # Settings the optimizer keeps outside its param groups (ZeRO's clip_grad, ...).
         held = {name: getattr(optimizer, name, _MISSING) for name in self.policy.optimizer_attributes}
         settings = _scalar_hyperparams({name: value for name, value in held.items() if value is not _MISSING})
         if settings:
-            self.emit(dict(base, var=f"{opt_name}.settings", vtype="optimizer_settings", owner=opt_name,
-                           attrs=settings))
+            snap.add_row(f"{opt_name}.settings", "optimizer_settings", opt_name, settings)
 
-    def _optimizer_state(self, base: dict[str, Any], optimizer: torch.optim.Optimizer) -> None:
+    def _optimizer_state(self, snap: SnapshotBuilder, optimizer: torch.optim.Optimizer) -> None:
         opt_name = self.registry.optimizer_name(optimizer)
         entries: list[tuple[str, str, torch.Tensor]] = []
         scalars: dict[str, dict[str, Any]] = {}
@@ -227,27 +255,34 @@ class StateProbe:
                 elif isinstance(value, (int, float, bool)):
                     scalars.setdefault(pname, {})[key] = value
         fps = fingerprint_tensors([t for _, _, t in entries])
-        for (pname, key, tensor), fp in zip(entries, fps, strict=False):
-            self.emit(dict(base, var=f"{opt_name}.state.{pname}.{key}", vtype="optimizer_state", owner=opt_name,
-                           attrs={"data": fp, "dtype": dtype_name(tensor.dtype), "shape": list(tensor.shape)}))
+        snap.add_columns([f"{opt_name}.state.{pname}.{key}" for pname, key, _ in entries], "optimizer_state", opt_name,
+                         {"data": fps, "dtype": [dtype_name(t.dtype) for _, _, t in entries],
+                          "shape": [list(t.shape) for _, _, t in entries]})
         for pname, values in scalars.items():
-            self.emit(dict(base, var=f"{opt_name}.state.{pname}", vtype="optimizer_state", owner=opt_name, attrs=values))
+            snap.add_row(f"{opt_name}.state.{pname}", "optimizer_state", opt_name, values)
 
     def _modules_in_scope(self, module: torch.nn.Module | None) -> list[tuple[str, torch.nn.Module]]:
         if module is None:
             return self.registry.roots()
         return [(self.registry.module_names.get(id(module), type(module).__name__.lower()), module)]
 
-    def _buffers(self, base: dict[str, Any], module: torch.nn.Module | None) -> None:
+    def _buffers(self, snap: SnapshotBuilder, module: torch.nn.Module | None) -> None:
         named: list[tuple[str, torch.Tensor]] = []
         for root_name, root in self._modules_in_scope(module):
             named.extend((f"{root_name}.{name}", buf.detach()) for name, buf in root.named_buffers())
-        for (name, buf), fp in zip(named, fingerprint_tensors([b for _, b in named]), strict=True):
-            self.emit(dict(base, var=name, vtype="buffer", attrs={
-                "data": fp, "dtype": dtype_name(buf.dtype), "shape": list(buf.shape), "device": str(buf.device)}))
+        buffers = [b for _, b in named]
+        snap.add_columns([name for name, _ in named], "buffer", None, {
+            "data": fingerprint_tensors(buffers), "dtype": [dtype_name(b.dtype) for b in buffers],
+            "shape": [list(b.shape) for b in buffers], "device": [str(b.device) for b in buffers]})
 
-    def _module_modes(self, base: dict[str, Any], module: torch.nn.Module | None) -> None:
+    def _module_modes(self, snap: SnapshotBuilder, module: torch.nn.Module | None) -> None:
+        names: list[str] = []
+        vtypes: list[str] = []
+        modes: list[bool] = []
         for root_name, root in self._modules_in_scope(module):
             for sub_name, sub in root.named_modules():
-                var = self.registry.module_names.get(id(sub)) or (f"{root_name}.{sub_name}" if sub_name else root_name)
-                self.emit(dict(base, var=var, vtype=type(sub).__name__, attrs={"training": sub.training}))
+                names.append(self.registry.module_names.get(id(sub))
+                             or (f"{root_name}.{sub_name}" if sub_name else root_name))
+                vtypes.append(type(sub).__name__)
+                modes.append(sub.training)
+        snap.add_columns(names, _one_or_each(vtypes), None, {"training": modes})
