@@ -17,7 +17,8 @@ two clean reference runs of the same example.
   wrapper passes straight through) and takes the difference of each pair of blocks' median
   step times; the median over the pairs is immune to the machine's drift that whole-run
   comparisons suffer. The same with the judging and / or the snapshots switched off tells
-  what each costs inside the loop. A block's first step is left out: the agent did not see the
+  what each costs inside the loop, and the same loop in collect mode what recording the whole
+  trace costs (``collect_step_ratio``). A block's first step is left out: the agent did not see the
   step before it.
 
     python scripts/bench_check_parts.py [--example cnn|gpt] [--repeats 20] [--loop-steps 400 --block 10 --loop-runs 3]
@@ -224,11 +225,11 @@ def in_loop(example: str, invariants: Path, out_dir: Path, steps: int, block: in
     """Per-step cost of the agent in the loop, whole and without judging / snapshots (ms): the
     median of ``runs`` processes each."""
     variants = {"agent": "", "without_judging": "judging", "without_snapshots": "snapshots",
-                "without_both": "judging,snapshots"}
+                "without_both": "judging,snapshots", "collect": ""}
     found: dict[str, list[dict]] = {label: [] for label in variants}
     for run in range(runs):
         for label, without in variants.items():  # interleaved: drift hits every variant alike
-            env = _env("check", out_dir / f"{label}{run}", invariants)
+            env = _env("collect" if label == "collect" else "check", out_dir / f"{label}{run}", invariants)
             found[label].append(_python(_program(IN_LOOP, example), env, without, str(steps), str(block)))
     report: dict[str, object] = {}
     for label, results in found.items():
@@ -236,6 +237,7 @@ def in_loop(example: str, invariants: Path, out_dir: Path, steps: int, block: in
     plain = statistics.median(r["off_ms"] for r in found["agent"])
     report["plain_ms_per_step"] = round(plain, 3)
     report["step_ratio"] = round((plain + report["agent_ms_per_step"]) / plain, 3)  # type: ignore[operator]
+    report["collect_step_ratio"] = round((plain + report["collect_ms_per_step"]) / plain, 3)  # type: ignore[operator]
     report["violations"] = sum(violations_in(out_dir / f"agent{run}") for run in range(runs))
     return report
 

@@ -28,6 +28,7 @@ from conftest import MLP, agent_env, collect_mlp_here, run_here
 
 import traincheck_agent
 from traincheck_agent.settings import ENV_VARS
+from traincheck_agent.trace.snapshot import expand
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = [REPO / "traincheck_agent", REPO / "sitecustomize_pkg"]
@@ -317,7 +318,8 @@ def secret_trace(tmp_path_factory) -> tuple[list[dict], list[float]]:
 @pytest.mark.slow
 def test_trace_records_tensors_as_shapes_and_fingerprints(secret_trace):
     records, _ = secret_trace
-    states = [r for r in records if r["kind"] == "state" and "data" in r.get("attrs", {})]
+    states = [r for snapshot in records if snapshot["kind"] == "snapshot" for r in expand(snapshot)
+              if "data" in r["attrs"]]
     assert states
     for state in states:
         attrs = state["attrs"]

@@ -22,9 +22,9 @@ from traincheck_agent.agent.record.descriptors import device_name, dtype_name
 from traincheck_agent.agent.record.model_registry import ModelRegistry
 from traincheck_agent.fingerprint import fingerprint_tensors
 from traincheck_agent.policy.model import Policy, StateRule
-from traincheck_agent.trace.snapshot import SnapshotBuilder
+from traincheck_agent.trace.snapshot import SnapshotBuilder, variables_in
 
-Emit = Callable[[dict[str, Any]], None]
+Emit = Callable[..., None]  # (record, weight): ``TraceWriter.emit``
 _MISSING = object()
 
 
@@ -143,7 +143,7 @@ class StateProbe:
             self._buffers(snap, module)
         record = snap.built()
         if record is not None:
-            self.emit(record)
+            self.emit(record, variables_in(record))
 
     # -- what to look at -------------------------------------------------------------------
     def _select_params(

@@ -53,7 +53,7 @@ _DUMPS_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_APPEND_NEWLINE
 # size records are dropped (and counted in a note) rather than letting memory grow without bound.
 _HARD_CAP_FACTOR = 100
 _MIN_HARD_CAP = 200_000
-# At a training step's end the writer thread is woken once this many records wait (see step_ended).
+# At a training step's end the writer thread is woken once records of this weight wait (see step_ended).
 STEP_BATCH_MIN = 512
 # Most records serialised per write; between chunks a timed flush checks its deadline.
 _DRAIN_CHUNK = 50_000
@@ -109,6 +109,10 @@ class TraceWriter:
     def _reset(self) -> None:
         """Fresh per-process state: used at construction and in a forked child."""
         self._buffer: list[dict] = []
+        # The buffer's weight (records, a snapshot counting its variables): added to by the
+        # threads that record, set back to 0 when a drain empties the buffer. An update lost
+        # between threads only moves a wake-up by a record or two.
+        self._held = 0
         self._accepting = not self._closed
         self._wake = threading.Event()
         self._io_lock = threading.Lock()
@@ -131,20 +135,23 @@ class TraceWriter:
 
     # ----------------------------------------------------------------- hot path
 
-    def emit(self, record: dict) -> None:
-        """Queue one record; O(1), no I/O, never raises (called from the training thread)."""
+    def emit(self, record: dict, weight: int = 1) -> None:
+        """Queue one record; O(1), no I/O, never raises (called from the training thread).
+
+        ``weight`` is what the record counts for in the buffer's bounds: a snapshot record
+        counts its variables, since it holds as many objects as that many single records."""
         try:
             if not self._accepting:
                 return
-            buf = self._buffer
-            n = len(buf)
-            if n >= self._max_records:
-                if n >= self._hard_cap:
+            held = self._held
+            if held >= self._max_records:
+                if held >= self._hard_cap:
                     self._dropped_full += 1
                     return
                 if not self._wake.is_set():
                     self._wake.set()
-            buf.append(record)
+            self._buffer.append(record)
+            self._held = held + weight
             if self._thread is None:
                 self._start_thread()
         except Exception:  # the agent must never break the training step
@@ -160,7 +167,7 @@ class TraceWriter:
         example). Handed on within a few steps, the records die young. Waking for every step's
         few records costs more than it saves (measured with the checker process)."""
         try:
-            if len(self._buffer) >= STEP_BATCH_MIN and not self._wake.is_set():
+            if self._held >= STEP_BATCH_MIN and not self._wake.is_set():
                 self._wake.set()
             if not self._sigterm_armed:  # the first record came from another thread
                 self._sigterm_armed = arm_sigterm_flush()
@@ -262,6 +269,8 @@ class TraceWriter:
                     return
                 batch = buf[:n]
                 del buf[:n]
+                if not buf:
+                    self._held = 0
                 if not self._write_batch(batch):
                     return
                 if deadline is not None and time.monotonic() >= deadline:
