@@ -170,6 +170,7 @@ SNAPSHOTS = textwrap.dedent("""
         for when, event in points:
             rt.probe.snapshot(when, event, 1, optimizer=None if event == "backward" else optimizer)
         rt.writer._buffer.clear()
+        rt.writer._held = 0
     for _ in range(50):
         snapshots()
     times = []

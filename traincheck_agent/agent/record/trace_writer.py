@@ -265,12 +265,12 @@ class TraceWriter:
                 buf = self._buffer
                 # Large chunks: ``del buf[:n]`` moves what is left, so small ones cost O(len^2).
                 n = min(len(buf), _DRAIN_CHUNK)
+                if n == len(buf):
+                    self._held = 0
                 if n == 0 and not self._has_unreported_drops():
                     return
                 batch = buf[:n]
                 del buf[:n]
-                if not buf:
-                    self._held = 0
                 if not self._write_batch(batch):
                     return
                 if deadline is not None and time.monotonic() >= deadline:
