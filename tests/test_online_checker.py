@@ -15,16 +15,16 @@ from traincheck_agent.inference.engine import infer_invariants
 from traincheck_agent.trace.reader import TraceFile, find_trace_files
 
 
-def _online(invariants, trace_dir: Path) -> tuple[list[dict], list[int]]:
-    """Violations reported while feeding the trace, and how many records had been fed when
-    each was reported."""
+def _online(invariants, trace_dir: Path, checker_of=OnlineChecker) -> tuple[list[dict], list[int]]:
+    """Violations reported while feeding the trace's records as the agent does (a snapshot
+    point as one record), and how many records had been fed when each was reported."""
     found, fed_when = [], []
     fed = [0]
-    checker = OnlineChecker(invariants, lambda v: (found.append(v), fed_when.append(fed[0])))
+    checker = checker_of(invariants, lambda v: (found.append(v), fed_when.append(fed[0])))
     [path] = find_trace_files([trace_dir])
     trace = TraceFile(path)
     checker.feed(trace.header)
-    for record in trace.records():
+    for record in trace.records(expand_snapshots=False):
         fed[0] += 1
         checker.feed(record)
     checker.finish()
@@ -46,11 +46,48 @@ def test_online_verdicts_equal_the_offline_ones_and_come_early(agent_in_process,
         offline = check_offline(invariants, [run])
         online, fed_when = _online(invariants, run)
         assert offline and sorted(map(_key, online)) == sorted(map(_key, offline))
-        total = sum(1 for _ in TraceFile(find_trace_files([run])[0]).records())
+        total = sum(1 for _ in TraceFile(find_trace_files([run])[0]).records(expand_snapshots=False))
         first = min(range(len(online)), key=lambda i: online[i]["step"])
         assert fed_when[first] < total / 2  # reported while the run was young, not at the end
     clean = collect("clean", "--steps", "4", "--seed", "7")
     assert _online(invariants, clean)[0] == [] == check_offline(invariants, [clean])
+
+
+def test_a_snapshot_is_judged_at_once_as_one_example_at_a_time(agent_in_process, tmp_path, monkeypatch):
+    """The examples of a snapshot are judged together (``violations_in``): the same violations
+    in the same order, and the same coverage counts, as judging them one by one."""
+    from traincheck_agent.check import online
+    from traincheck_agent.inference.coverage import violations_of
+
+    def one_at_a_time(self, examples, report):
+        for example in examples:
+            for inv in violations_of(self.relation, self.by_key.get(self.relation.key_of(example), ()), example,
+                                     self.coverage):
+                report({"invariant": inv.id, "relation": inv.relation, **self.relation.violation(inv, example)})
+
+    def collect(name: str, *args: str) -> Path:
+        return collect_mlp_in_process(agent_in_process, tmp_path, name, *args)
+
+    invariants, _ = infer_invariants([collect("ref", "--steps", "6")])
+    runs = [collect(bug, "--steps", "4", "--bug", bug) for bug in ("no-zero-grad", "optimizer-over-frozen")]
+    runs.append(collect("frozen", "--steps", "4", "--freeze-backbone"))  # parameters the reference never froze
+    checkers: list[OnlineChecker] = []
+
+    def keep(*args, **kwargs) -> OnlineChecker:
+        checkers.append(OnlineChecker(*args, **kwargs))
+        return checkers[-1]
+
+    outcomes = []
+    for run in runs:
+        checkers.clear()
+        batched = _online(invariants, run, keep)[0]
+        with monkeypatch.context() as patch:
+            patch.setattr(online.Watch, "judge", one_at_a_time)
+            single = _online(invariants, run, keep)[0]
+        assert batched == single
+        assert checkers[0].coverage.to_json() == checkers[1].coverage.to_json()
+        outcomes.append((len(batched), sum(checkers[0].coverage.outside.values())))
+    assert all(found for found, _ in outcomes[:2]) and any(outside for _, outside in outcomes)
 
 
 def test_call_relations_see_only_their_apis_and_judge_as_offline(agent_in_process, tmp_path):
@@ -173,7 +210,7 @@ def test_transition_features_keep_the_type_of_each_descriptive_value():
         collector.feed(before)
         after = dict(before, where="after:backward", attrs=dict(attrs, grad=dict(fp, h=f"x3:{call + 1}")))
         [example] = collector.feed(after)  # backward moved the grad: it touched the variable
-        assert example.features == _features(after, attrs, True)
+        assert example.features == _features("Parameter", "train", call, after["attrs"], attrs, True)
         value = dict(example.features)["tensor_model_parallel"]
         seen.append((type(value), value))
     assert seen == [(bool, True), (int, 1), (bool, True), (float, 1.0)]

@@ -28,11 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 from traincheck_agent import faults
 from traincheck_agent.inference import relations
-from traincheck_agent.inference.coverage import Coverage, violations_of
+from traincheck_agent.inference.coverage import Coverage, violations_in, violations_of
 from traincheck_agent.inference.invariant import Invariant
-from traincheck_agent.inference.stream import Collector, TraceSource, route_by_kind
-from traincheck_agent.trace.schema import KIND_HEADER, KIND_PROCESS, KIND_SNAPSHOT
-from traincheck_agent.trace.snapshot import expand
+from traincheck_agent.inference.stream import Collector, TraceSource, route_by_kind, views
+from traincheck_agent.trace.schema import KIND_HEADER, KIND_PROCESS, KIND_SNAPSHOT, KIND_STATE
 
 if TYPE_CHECKING:
     from traincheck_agent.check.cross_rank_checks import CrossRankChecks, ExchangeFactory
@@ -58,6 +57,10 @@ class Watch:
 
     def judge(self, examples: Any, report: Report) -> None:
         relation, coverage = self.relation, self.coverage
+        if coverage is not None and isinstance(examples, list) and len(examples) > 1:  # a snapshot's
+            for inv, example in violations_in(relation, self.by_key, examples, coverage):
+                report({"invariant": inv.id, "relation": inv.relation, **relation.violation(inv, example)})
+            return
         for example in examples:
             for inv in violations_of(relation, self.by_key.get(relation.key_of(example), ()), example, coverage):
                 report({"invariant": inv.id, "relation": inv.relation, **relation.violation(inv, example)})
@@ -89,6 +92,7 @@ class OnlineChecker:
         # header has made the collectors.
         self._routes: dict[str, list[Route]] = {}
         self._rank_routes: dict[str, list[Watch]] = {}
+        self._reads = (False, False)  # whether some collector reads snapshots, state records
 
     @property
     def relations(self) -> list[str]:
@@ -103,10 +107,13 @@ class OnlineChecker:
             self._start(record)
             return
         kind = record.get("kind", "")
-        if kind == KIND_SNAPSHOT:
-            for state in expand(record):
-                self.feed(state)
+        if kind in (KIND_SNAPSHOT, KIND_STATE) and any(self._reads):
+            for view_kind, view in views(record, kind, *self._reads):
+                self._route(view_kind, view)
             return
+        self._route(kind, record)  # (a snapshot no collector reads still moves the step on)
+
+    def _route(self, kind: str, record: dict[str, Any]) -> None:
         if kind == KIND_PROCESS and self._cross_rank is None and self._rank_watches:
             self._start_cross_rank(record)  # the ranks came up after the header was written
         for accepts, collect, judge in self._routes.get(kind, ()):
@@ -135,6 +142,7 @@ class OnlineChecker:
             collector.wanted = frozenset(watch.by_key)
             routes.append((watch.relation, (watch.accepts, collector.feed, watch.judge)))
         self._routes = route_by_kind(routes)
+        self._update_reads()
         self._run = (source.run_id, int(header.get("restart_count", 0) or 0))
         if self._rank_watches:
             self._start_cross_rank(header)
@@ -157,6 +165,11 @@ class OnlineChecker:
         for watch in self._rank_watches:
             watch.collector = watch.relation.Collector(source)
         self._rank_routes = route_by_kind((w.relation, w) for w in self._rank_watches)
+        self._update_reads()
+
+    def _update_reads(self) -> None:
+        kinds = set(self._routes) | set(self._rank_routes)
+        self._reads = (KIND_SNAPSHOT in kinds, KIND_STATE in kinds)
 
     def finish(self) -> None:
         self._routes = {}

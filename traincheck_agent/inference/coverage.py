@@ -6,12 +6,13 @@ context feature of its relation, the values seen), and only of programs that hav
 invariant's business: a class the program never uses, a program that never trains). An example
 outside is *not covered*: it is counted per invariant, with the reason, and never reported as a
 violation. Online checks, offline checks and the cross-rank checks judge
-through ``violations_of``, so they agree on what is covered.
+through ``violations_of`` (the online checker a snapshot's examples at once, through
+``violations_in``), so they agree on what is covered.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -104,31 +105,15 @@ def violations_of(relation: ModuleType, invariants: Iterable[Invariant], example
     them per tuple, so the common case costs one lookup per invariant."""
     features = None
     applies = getattr(relation, "outside", None)
-    verdicts = None
+    verdicts: dict[str, str | None] = {}  # not remembered: an example without a feature tuple
     if coverage is not None:
         checked = coverage.checked
         key = getattr(example, "features", None)
         if key is not None:
-            verdicts = coverage.memo.get(key)
-            if verdicts is None:
-                if len(coverage.memo) >= MEMO_LIMIT:
-                    coverage.memo.clear()
-                    coverage.admitted.clear()
-                verdicts = coverage.memo[key] = {}
+            verdicts = _domain_verdicts(coverage, key)
     for inv in invariants:
         inv_id = inv.id
-        reason = None
-        if verdicts is not None and inv_id in verdicts:
-            reason = verdicts[inv_id]
-        else:
-            domain = inv.domain_sets
-            if domain:
-                if features is None:
-                    features = _features_of(example)
-                found = outside_domain(domain, features)
-                reason = _reason(found) if found is not None else None
-            if verdicts is not None:
-                verdicts[inv_id] = reason
+        reason = _domain_reason(inv, verdicts, example)
         if reason is None and applies is not None:
             reason = applies(inv, example)
         if reason is not None:
@@ -149,6 +134,93 @@ def violations_of(relation: ModuleType, invariants: Iterable[Invariant], example
             if count_key is not None and coverage is not None:
                 coverage.judged.violated(count_key)
             yield inv
+
+
+def violations_in(relation: ModuleType, by_key: Mapping[Hashable, Sequence[Invariant]], examples: Sequence[Any],
+                  coverage: Coverage) -> Iterator[tuple[Invariant, Any]]:
+    """``violations_of`` over a batch of examples (a snapshot's), each against the invariants of
+    its group in ``by_key``: the same verdicts in the same order, and the same counts.
+
+    What depends on an example's group and features alone (each invariant's domain verdict
+    and whether its precondition admits the example) is worked out once per pair in the batch,
+    and the counts are added once per batch; per example and invariant there remain the
+    relation's ``outside`` and ``violates``. Examples without a feature tuple take
+    ``violations_of``."""
+    applies = getattr(relation, "outside", None)
+    key_of, violates = relation.key_of, relation.violates
+    plans: dict[tuple[Hashable, Any], list[tuple[Invariant, str | None, bool]]] = {}
+    checked: dict[str, int] = {}
+    outside: dict[str, tuple[int, str]] = {}
+    judged: dict[tuple[str, str, int], int] = {}
+    found: list[tuple[Invariant, Any, tuple[str, str, int] | None]] = []
+    for example in examples:
+        group = key_of(example)
+        invariants = by_key.get(group)
+        if not invariants:
+            continue
+        features = getattr(example, "features", None)
+        if features is None:
+            found += ((inv, example, None) for inv in violations_of(relation, invariants, example, coverage))
+            continue
+        plan = plans.get((group, features))
+        if plan is None:
+            verdicts = _domain_verdicts(coverage, features)
+            plan = plans[(group, features)] = [
+                (inv, _domain_reason(inv, verdicts, example), _admitted(coverage, inv, example)) for inv in invariants]
+        step = getattr(example, "step", None)
+        where: tuple[str, int] | None = None  # the count it belongs to, as ``example_key``'s
+        if getattr(example, "var", None) is not None and isinstance(step, int) and not isinstance(step, bool):
+            where = (str(getattr(example, "trace", "")), step)
+        for inv, reason, admitted in plan:
+            if reason is None and applies is not None:
+                reason = applies(inv, example)
+            inv_id = inv.id
+            if reason is not None:
+                if admitted:
+                    n, first = outside.get(inv_id, (0, reason))
+                    outside[inv_id] = (n + 1, first)
+                continue
+            checked[inv_id] = checked.get(inv_id, 0) + 1
+            count_key = None if where is None else (inv_id, where[0], where[1])
+            if count_key is not None and admitted:
+                judged[count_key] = judged.get(count_key, 0) + 1
+            if violates(inv, example):
+                found.append((inv, example, count_key))
+    for inv_id, n in checked.items():
+        coverage.checked[inv_id] = coverage.checked.get(inv_id, 0) + n
+    for inv_id, (n, reason) in outside.items():
+        coverage.outside[inv_id] = coverage.outside.get(inv_id, 0) + n
+        coverage.reasons.setdefault(inv_id, reason[:MAX_REASON_CHARS])
+    for count_key, n in judged.items():
+        coverage.judged.judged(count_key, n)
+    for inv, example, count_key in found:
+        if count_key is not None:
+            coverage.judged.violated(count_key)
+        yield inv, example
+
+
+def _domain_verdicts(coverage: Coverage, features: Hashable) -> dict[str, str | None]:
+    """The remembered domain verdicts of a feature tuple, per invariant id."""
+    verdicts = coverage.memo.get(features)
+    if verdicts is None:
+        if len(coverage.memo) >= MEMO_LIMIT:
+            coverage.memo.clear()
+            coverage.admitted.clear()
+        verdicts = coverage.memo[features] = {}
+    return verdicts
+
+
+def _domain_reason(inv: Invariant, verdicts: dict[str, str | None], example: Any) -> str | None:
+    """Why ``example`` lies outside ``inv``'s domain, or None (remembered in ``verdicts``)."""
+    if inv.id in verdicts:
+        return verdicts[inv.id]
+    reason = None
+    domain = inv.domain_sets
+    if domain:
+        found = outside_domain(domain, _features_of(example))
+        reason = _reason(found) if found is not None else None
+    verdicts[inv.id] = reason
+    return reason
 
 
 def _admitted(coverage: Coverage, inv: Invariant, example: Any) -> bool:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from traincheck_agent.inference.stream import Collector, TraceSource
-from traincheck_agent.trace.schema import CLOSURE_CALLS, KIND_STATE
+from traincheck_agent.trace.schema import CLOSURE_CALLS, KIND_SNAPSHOT, KIND_STATE
+from traincheck_agent.trace.snapshot import blocks_of, from_state
 
 # Attributes whose values are fingerprints (or None).
 TENSOR_ATTRS = ("data", "grad")
@@ -94,12 +95,12 @@ class TransitionExample(NamedTuple):
         return dict(self.features)
 
 
-def _features(record: dict[str, Any], before: dict[str, Any], first_in_step: bool) -> tuple[tuple[str, Any], ...]:
-    attrs = record.get("attrs", {})
+def _features(vtype: Any, phase: Any, step: Any, attrs: dict[str, Any], before: dict[str, Any],
+              first_in_step: bool) -> tuple[tuple[str, Any], ...]:
     out: dict[str, Any] = {
-        "vtype": record.get("vtype"),
-        "phase": record.get("phase"),
-        "first_step": record.get("step") == 0,
+        "vtype": vtype,
+        "phase": phase,
+        "first_step": step == 0,
         # The first call of this event for this variable in the step (a second backward in a
         # step is gradient accumulation).
         "first_in_step": first_in_step,
@@ -141,9 +142,14 @@ def update_negligible(attrs: dict[str, Any], lr: float | None = None) -> bool:
 def step_lr(record: dict[str, Any]) -> float | None:
     """The learning rate in a param group's record taken after an optimizer step (the one the
     step used), or None for other records."""
-    if record.get("vtype") != "param_group" or record.get("where") != "after:optimizer.step":
+    return step_lr_of(record.get("vtype"), record.get("where"), record.get("attrs") or {})
+
+
+def step_lr_of(vtype: Any, where: Any, attrs: dict[str, Any]) -> float | None:
+    """``step_lr`` of a variable given as its kind, snapshot point and attributes."""
+    if vtype != "param_group" or where != "after:optimizer.step":
         return None
-    lr = (record.get("attrs") or {}).get("lr")
+    lr = attrs.get("lr")
     return float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool) else None
 
 
@@ -160,10 +166,12 @@ class LearningRates:
     def observe(self, record: dict[str, Any]) -> float | None:
         """The rate in force for the step of ``record``, a param group's record after a step;
         None for other records."""
-        lr = step_lr(record)
+        return self.observe_rate(str(record.get("var")), step_lr(record))
+
+    def observe_rate(self, group: str, lr: float | None) -> float | None:
+        """``observe`` of the rate ``lr`` recorded for param group ``group`` (None: no rate)."""
         if lr is None:
             return None
-        group = str(record.get("var"))
         previous = self.last.get(group)
         self.last[group] = lr
         return lr if previous is None else min(lr, previous)
@@ -197,6 +205,18 @@ def touched_by_backward(after: dict[str, Any], before: dict[str, Any] | None = N
     return True
 
 
+class _Point(NamedTuple):
+    """The fields a snapshot's variables share."""
+
+    call: Any
+    where: Any
+    when: str
+    event: str
+    step: Any
+    phase: Any
+    closure_calls: Any
+
+
 class TransitionCollector(Collector):
     """Pairs each ``after:<event>`` snapshot with the ``before`` one of the same call and
     variable; only the pending ``before`` halves are held."""
@@ -220,17 +240,38 @@ class TransitionCollector(Collector):
         self.last_grads: dict[str, dict[str, Any]] = {}  # what each variable's last backward left
 
     def feed(self, record: dict[str, Any]) -> list[TransitionExample]:
-        if record.get("kind") != KIND_STATE or record.get("call") is None:
+        """The examples a snapshot record completes, its variables taken in order (a
+        per-variable state record counts as a snapshot of one variable)."""
+        kind, call = record.get("kind"), record.get("call")
+        if call is None:
             return []
-        if not self.held:
-            return self._feed(record)
-        if record["call"] != self.held_call:
-            return self._release() + self._feed(record)
-        if record.get("vtype") == "param_group":
-            lr = self.rates.observe(record)
-            if lr is not None:
-                self.held_lr = lr if self.held_lr is None else min(self.held_lr, lr)
-        return self._feed(record)
+        if kind == KIND_STATE:
+            record = from_state(record)
+        elif kind != KIND_SNAPSHOT:
+            return []
+        where = record.get("where", "")
+        split = self._where.get(where) if isinstance(where, str) else None
+        if split is None:
+            when, _, event = str(where).partition(":")
+            split = (when, event)
+            if isinstance(where, str) and len(self._where) < WHERE_MEMO_LIMIT:
+                self._where[where] = split
+        point = _Point(call, where, *split, record.get("step", -1), record.get("phase"), record.get(CLOSURE_CALLS))
+        out: list[TransitionExample] = []
+        if self.held and call != self.held_call:
+            out += self._release()
+        for names, vtypes, _, cols, extra in blocks_of(record):
+            for i, var in enumerate(names):
+                attrs = {key: column[i] for key, column in cols.items()}
+                if extra:
+                    attrs.update(extra.get(i, ()))
+                vtype = vtypes[i]
+                if self.held and vtype == "param_group":
+                    lr = self.rates.observe_rate(str(var), step_lr_of(vtype, where, attrs))
+                    if lr is not None:
+                        self.held_lr = lr if self.held_lr is None else min(self.held_lr, lr)
+                out += self._variable(point, var, vtype, attrs)
+        return out
 
     def finish(self) -> list[TransitionExample]:
         return self._release()
@@ -241,32 +282,24 @@ class TransitionCollector(Collector):
         return [e if e.update_negligible or lr is None else e._replace(update_negligible=update_negligible(b, lr))
                 for e, b in held]
 
-    def _feed(self, record: dict[str, Any]) -> list[TransitionExample]:
-        where = record.get("where", "")
-        split = self._where.get(where) if isinstance(where, str) else None
-        if split is None:
-            when, _, event = str(where).partition(":")
-            split = (when, event)
-            if isinstance(where, str) and len(self._where) < WHERE_MEMO_LIMIT:
-                self._where[where] = split
-        when, event = split
-        var = record.get("var")
-        key = (record["call"], event, var)
-        attrs = record.get("attrs", {})
+    def _variable(self, point: _Point, var: Any, vtype: Any, attrs: dict[str, Any]) -> list[TransitionExample]:
+        """The examples one variable of a snapshot completes."""
+        event = point.event
+        key = (point.call, event, var)
         data = attrs.get("data")
         if isinstance(data, dict) and isinstance(data.get("amax"), (int, float)):
             self.data_amax[str(var)] = data["amax"]
-        if when == "before":
+        if point.when == "before":
             self.pending[key] = attrs
             return []
         before = self.pending.pop(key, None)
-        if when != "after" or before is None:
+        if point.when != "after" or before is None:
             return []
         if event == "backward" and not touched_by_backward(attrs, before):
             return []
         if event == "optimizer.step" and "grad" in before and before["grad"] is None:
             return []  # a step leaves a parameter without a grad alone (GradApplied sees the rest)
-        step = record.get("step", -1)
+        step = point.step
         if step != self.step_seen:
             self.step_seen = step
             self.seen_in_step.clear()
@@ -279,11 +312,11 @@ class TransitionCollector(Collector):
         occurrence = (event, var)
         first_in_step = occurrence not in self.seen_in_step
         self.seen_in_step.add(occurrence)
-        features = _features(record, before, first_in_step)
+        features = _features(vtype, point.phase, step, attrs, before, first_in_step)
         negligible = update_negligible(before)
         # A step that evaluated its closure again (L-BFGS) ends with the grads of that closure's
         # last backward: what the step itself did to the grad cannot be told.
-        evaluations = record.get(CLOSURE_CALLS)
+        evaluations = point.closure_calls
         regraded = event == "optimizer.step" and isinstance(evaluations, int) and evaluations > 1
         out = []
         for attribute in TENSOR_ATTRS:
@@ -306,7 +339,7 @@ class TransitionCollector(Collector):
                 fingerprinted=not (unfingerprinted(b) or unfingerprinted(a)),
             ))
         if event == "optimizer.step" and out:
-            self.held_call = record["call"]
+            self.held_call = point.call
             self.held += [(e, before) for e in out]
             return []
         return out

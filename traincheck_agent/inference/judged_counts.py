@@ -38,10 +38,11 @@ class JudgedCounts:
         self._floor: dict[tuple[str, str], int] = {}  # per (invariant, trace): no new count below
         self._full = False
 
-    def judged(self, key: Key) -> None:
+    def judged(self, key: Key, n: int = 1) -> None:
+        """Count ``n`` examples judged under ``key``."""
         counts = self.counts
         if key in counts:
-            counts[key] += 1
+            counts[key] += n
             return
         inv_id, trace, step = key
         where = (inv_id, trace)
@@ -51,7 +52,7 @@ class JudgedCounts:
             self._newest[where] = step
         if len(counts) >= MAX_KEYS and not self._prune():
             return
-        counts[key] = 1
+        counts[key] = n
 
     def violated(self, key: Key) -> None:
         if key in self.counts:

@@ -6,7 +6,8 @@ A relation module provides:
 * ``RELATION``: its name; ``LEARNS_FROM``: what its examples come from, in a few words (the
   user is told when a relation found nothing to learn);
 * ``READS``: the record kinds (``trace.schema``) its collector reads; records of other kinds
-  are never fed to it;
+  are never fed to it. State is read either per variable (``state``) or per snapshot point
+  (``snapshot``, its variables in columns), whatever form the trace holds (``views``);
 * ``Collector(source)``: the per-trace (per-process) state machine; ``feed(record)`` returns
   the examples that record completes, ``finish()`` those complete at the end of the trace;
 * ``key_of(example)`` / ``invariant_key(invariant)``: the group of examples a hypothesis is
@@ -27,10 +28,13 @@ Examples are built while the records stream by; only a collector's pending state
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+from traincheck_agent.trace.schema import KIND_SNAPSHOT, KIND_STATE
+from traincheck_agent.trace.snapshot import expand, from_state
 
 if TYPE_CHECKING:  # the reader is for reading trace files, which a checking process never does
     from traincheck_agent.trace.reader import TraceFile
@@ -91,6 +95,27 @@ def route_by_kind(targets: Iterable[tuple[ModuleType, T]]) -> dict[str, list[T]]
     return dict(routes)
 
 
+def views(record: dict[str, Any], kind: str, reads_snapshots: bool, reads_states: bool
+          ) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The (kind, record) pairs that ``record`` gives collectors: a snapshot record as it is to
+    the relations that read snapshots and expanded, one ``state`` record per variable, to those
+    that read state records; a ``state`` record (a schema-1 trace) as it is to the latter and as
+    a one-variable snapshot to the former; any other record as it is."""
+    if kind == KIND_SNAPSHOT:
+        if reads_snapshots:
+            yield kind, record
+        if reads_states:
+            for state in expand(record):
+                yield KIND_STATE, state
+    elif kind == KIND_STATE:
+        if reads_snapshots:
+            yield KIND_SNAPSHOT, from_state(record)
+        if reads_states:
+            yield kind, record
+    else:
+        yield kind, record
+
+
 def collect_all(relations: Iterable[ModuleType], paths: Iterable[str | Path]) -> dict[str, Groups]:
     """The example groups of every relation, from one pass over each trace under ``paths``
     (in order of file name, then path: the examples' order does not depend on where the traces
@@ -104,10 +129,12 @@ def collect_all(relations: Iterable[ModuleType], paths: Iterable[str | Path]) ->
         source = TraceSource.of(trace)
         collectors = [(r.key_of, out[r.RELATION], r.Collector(source)) for r in relations]
         routes = route_by_kind(zip(relations, collectors, strict=True))
-        for record in trace.records():
-            for key_of, groups, collector in routes.get(record.get("kind", ""), ()):
-                for example in collector.feed(record):
-                    groups[key_of(example)].append(example)
+        reads = (KIND_SNAPSHOT in routes, KIND_STATE in routes)
+        for raw in trace.records(expand_snapshots=False):
+            for kind, record in views(raw, raw.get("kind", ""), *reads):
+                for key_of, groups, collector in routes.get(kind, ()):
+                    for example in collector.feed(record):
+                        groups[key_of(example)].append(example)
         for key_of, groups, collector in collectors:
             for example in collector.finish():
                 groups[key_of(example)].append(example)

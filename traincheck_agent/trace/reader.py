@@ -10,7 +10,7 @@ for (``trace.snapshot``), so every consumer reads one form whichever agent wrote
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -26,7 +26,7 @@ from traincheck_agent.trace.schema import (
     SCHEMA_VERSION,
     TRACE_GLOB,
 )
-from traincheck_agent.trace.snapshot import SnapshotFormatError, expand
+from traincheck_agent.trace.snapshot import SnapshotFormatError, blocks_of, expand
 
 
 class _ReadingSession:
@@ -223,8 +223,9 @@ class TraceFile:
             )
         return record
 
-    def records(self) -> Iterator[dict[str, Any]]:
-        """Yield every record after the header, one at a time; see the module docstring."""
+    def records(self, expand_snapshots: bool = True) -> Iterator[dict[str, Any]]:
+        """Yield every record after the header, one at a time; see the module docstring. With
+        ``expand_snapshots`` False a snapshot record comes as it is (checked)."""
         self._load_header()  # raises before any record is yielded if the file is not a trace
         with self.path.open("rb") as handle:
             lines = _lines_reporting(_lines(handle))
@@ -232,7 +233,7 @@ class TraceFile:
             pending: tuple[int, bytes] | None = None
             for item in lines:
                 if pending is not None:
-                    yield from self._strict(*pending)
+                    yield from self._strict(*pending, expand_snapshots)
                 pending = item
             if pending is None:
                 return
@@ -242,15 +243,15 @@ class TraceFile:
                 if _first_torn_report(self.path):
                     warn(f"{self.path}:{line_no}: skipped a torn last line ({problem})")
                 return
-            yield from self._checked(line_no, record)
+            yield from self._checked(line_no, record, expand_snapshots)
 
-    def _strict(self, line_no: int, line: bytes) -> list[dict[str, Any]] | tuple[dict[str, Any]]:
+    def _strict(self, line_no: int, line: bytes, expand_snapshots: bool) -> Sequence[dict[str, Any]]:
         record, problem = _parse(line)
         if record is None:
             raise TraceFormatError(self.path, line_no, f"line is {problem}")
-        return self._checked(line_no, record)
+        return self._checked(line_no, record, expand_snapshots)
 
-    def _checked(self, line_no: int, record: dict[str, Any]) -> list[dict[str, Any]] | tuple[dict[str, Any]]:
+    def _checked(self, line_no: int, record: dict[str, Any], expand_snapshots: bool) -> Sequence[dict[str, Any]]:
         """The records a line stands for: itself, or a snapshot's state records."""
         problem = _schema_problem(record)
         if problem:
@@ -258,6 +259,9 @@ class TraceFile:
         if record.get("kind") != KIND_SNAPSHOT:
             return (record,)
         try:
+            if not expand_snapshots:
+                blocks_of(record)
+                return (record,)
             return list(expand(record))
         except SnapshotFormatError as exc:
             raise TraceFormatError(self.path, line_no, f"line is {exc}") from None

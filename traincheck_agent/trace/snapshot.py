@@ -85,12 +85,9 @@ def _per_variable(value: Any, n: int, what: str) -> list[Any]:
 def expand(record: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The ``state`` records of a snapshot record, in order. Raises ``SnapshotFormatError``
     (before yielding anything) when its blocks are malformed."""
+    checked = blocks_of(record)
     base = {key: value for key, value in record.items() if key != BLOCKS}
     base["kind"] = KIND_STATE
-    blocks = record.get(BLOCKS)
-    if not isinstance(blocks, list):
-        raise SnapshotFormatError("a snapshot record without a list of blocks")
-    checked = [_checked_block(block) for block in blocks]
     for names, vtypes, owners, cols, extra in checked:
         for i, name in enumerate(names):
             attrs = {key: column[i] for key, column in cols.items()}
@@ -102,6 +99,15 @@ def expand(record: dict[str, Any]) -> Iterator[dict[str, Any]]:
             if owner is not None:
                 out["owner"] = owner
             yield out
+
+
+def blocks_of(record: dict[str, Any]) -> list[Checked]:
+    """The blocks of a snapshot record, checked: (names, vtypes, owners, columns, extras by
+    index), with vtype and owner one per variable. Raises ``SnapshotFormatError``."""
+    blocks = record.get(BLOCKS)
+    if not isinstance(blocks, list):
+        raise SnapshotFormatError("a snapshot record without a list of blocks")
+    return [_checked_block(block) for block in blocks]
 
 
 Checked = tuple[list[str], list[Any], list[Any], dict[str, list[Any]], dict[int, dict[str, Any]]]
@@ -131,6 +137,22 @@ def _checked_block(block: Any) -> Checked:
         extra[entry[0]] = entry[1]
     return (names, _per_variable(vtype, n, "'vtype'"), _per_variable(block.get("owner"), n, "'owner'"),
             cols, extra)
+
+
+def from_state(record: dict[str, Any]) -> dict[str, Any]:
+    """The snapshot record of one variable that a per-variable ``state`` record stands for (a
+    schema-1 trace read by a relation that reads snapshots)."""
+    base = {key: value for key, value in record.items() if key not in _VARIABLE_FIELDS}
+    block: dict[str, Any] = {"vars": [record.get("var")], "vtype": record.get("vtype"),
+                             "cols": {key: [value] for key, value in (record.get("attrs") or {}).items()}}
+    if record.get("owner") is not None:
+        block["owner"] = record["owner"]
+    base["kind"] = KIND_SNAPSHOT
+    base[BLOCKS] = [block]
+    return base
+
+
+_VARIABLE_FIELDS = frozenset({"var", "vtype", "owner", "attrs"})
 
 
 def variables_in(record: dict[str, Any]) -> int:

@@ -34,14 +34,14 @@ from traincheck_agent.inference.preconditions import (
 )
 from traincheck_agent.inference.relations import Needs
 from traincheck_agent.policy.model import STATE_EVENTS
-from traincheck_agent.trace.schema import KIND_STATE
+from traincheck_agent.trace.schema import KIND_SNAPSHOT
 
 RELATION = "StateTransition"
 LEARNS_FROM = "state snapshots around the calls that change it (optimizer.step, backward, zero_grad)"  # what its examples come from: said when it learns nothing
 ID_PREFIX = "st"  # of its invariants' ids
 SUBJECT_FIELDS = ("event", "attribute", "effect")  # the subject fields it reads when it checks
 TRIAGE_KIND = "state"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
-READS = (KIND_STATE,)  # the record kinds its collector reads
+READS = (KIND_SNAPSHOT,)  # the record kinds its collector reads: state, a snapshot point at a time
 MIN_PASSING = 5
 MIN_STEPS = 2
 
