@@ -6,8 +6,9 @@ bundled ``transformer_lm`` at its ``bench`` size, about 30 ms a step); the invar
 two clean reference runs of the same example.
 
 - ``judging``: the online checker fed the records of one clean 50-step collect run of the
-  example (a superset of what check mode hands it), replayed in a fresh interpreter: ms per run
-  and us per record, and the checker's first build there (relation modules, collectors);
+  example (a superset of what check mode hands it; a snapshot point is one record, as the agent
+  hands it), replayed in a fresh interpreter: ms per run and per step, us per record, and the
+  checker's first build there (relation modules, collectors);
 - ``snapshots``: the six state snapshots of a training step (before and after ``zero_grad``,
   ``backward`` and the optimizer step), taken through the live agent of a check-mode process
   after a few steps: us per step;
@@ -135,7 +136,7 @@ JUDGING = textwrap.dedent("""
     invariants = read_invariants(Path(sys.argv[1]))
     [path] = find_trace_files([sys.argv[2]])
     trace = TraceFile(path)
-    header, records = trace.header, list(trace.records())
+    header, records = trace.header, list(trace.records(expand_snapshots=False))  # as the agent feeds them
     t1 = time.perf_counter()
     OnlineChecker(invariants, print).feed(header)
     build_ms = (time.perf_counter() - t1) * 1e3
@@ -152,7 +153,9 @@ JUDGING = textwrap.dedent("""
         run()
     times = [run() for _ in range(int(sys.argv[3]))]
     ms = statistics.median(times) * 1e3
-    print(json.dumps({"records": len(records), "run_ms": round(ms, 2), "us_per_record": round(ms * 1e3 / len(records), 2),
+    steps = max(1, len({r.get("step") for r in records if isinstance(r.get("step"), int) and r["step"] >= 0}))
+    print(json.dumps({"records": len(records), "run_ms": round(ms, 2), "ms_per_step": round(ms / steps, 3),
+                      "us_per_record": round(ms * 1e3 / len(records), 2),
                       "checker_build_ms": round(build_ms, 2), "violations": len(found)}))
 """)
 
