@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 from traincheck_agent.inference.stream import Collector, TraceSource
 from traincheck_agent.trace.schema import CLOSURE_CALLS, KIND_SNAPSHOT, KIND_STATE
-from traincheck_agent.trace.snapshot import blocks_of, from_state
+from traincheck_agent.trace.snapshot import from_state, variables
 
 # Attributes whose values are fingerprints (or None).
 TENSOR_ATTRS = ("data", "grad")
@@ -260,17 +260,12 @@ class TransitionCollector(Collector):
         out: list[TransitionExample] = []
         if self.held and call != self.held_call:
             out += self._release()
-        for names, vtypes, _, cols, extra in blocks_of(record):
-            for i, var in enumerate(names):
-                attrs = {key: column[i] for key, column in cols.items()}
-                if extra:
-                    attrs.update(extra.get(i, ()))
-                vtype = vtypes[i]
-                if self.held and vtype == "param_group":
-                    lr = self.rates.observe_rate(str(var), step_lr_of(vtype, where, attrs))
-                    if lr is not None:
-                        self.held_lr = lr if self.held_lr is None else min(self.held_lr, lr)
-                out += self._variable(point, var, vtype, attrs)
+        for var, vtype, _, attrs in variables(record):
+            if self.held and vtype == "param_group":
+                lr = self.rates.observe_rate(str(var), step_lr_of(vtype, where, attrs))
+                if lr is not None:
+                    self.held_lr = lr if self.held_lr is None else min(self.held_lr, lr)
+            out += self._variable(point, var, vtype, attrs)
         return out
 
     def finish(self) -> list[TransitionExample]:

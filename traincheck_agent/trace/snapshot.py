@@ -85,20 +85,26 @@ def _per_variable(value: Any, n: int, what: str) -> list[Any]:
 def expand(record: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """The ``state`` records of a snapshot record, in order. Raises ``SnapshotFormatError``
     (before yielding anything) when its blocks are malformed."""
-    checked = blocks_of(record)
+    found = list(variables(record))
     base = {key: value for key, value in record.items() if key != BLOCKS}
     base["kind"] = KIND_STATE
-    for names, vtypes, owners, cols, extra in checked:
+    for name, vtype, owner, attrs in found:
+        out = dict(base, var=name, vtype=vtype, attrs=attrs)
+        if owner is not None:
+            out["owner"] = owner
+        yield out
+
+
+def variables(record: dict[str, Any]) -> Iterator[tuple[str, Any, Any, dict[str, Any]]]:
+    """(name, vtype, owner, attributes) of each variable of a snapshot record, in order. Raises
+    ``SnapshotFormatError`` (before yielding anything) when its blocks are malformed."""
+    for names, vtypes, owners, cols, extra in blocks_of(record):
         for i, name in enumerate(names):
             attrs = {key: column[i] for key, column in cols.items()}
             more = extra.get(i)
             if more:
                 attrs.update(more)
-            out = dict(base, var=name, vtype=vtypes[i], attrs=attrs)
-            owner = owners[i]
-            if owner is not None:
-                out["owner"] = owner
-            yield out
+            yield name, vtypes[i], owners[i], attrs
 
 
 def blocks_of(record: dict[str, Any]) -> list[Checked]:
