@@ -166,8 +166,8 @@ def test_a_single_process_checker_loads_no_cross_rank_machinery():
 
 def test_collectors_skip_only_examples_no_invariant_watches(agent_in_process, tmp_path):
     """A checker tells each collector the example keys its invariants watch; the collectors
-    that skip the others (EventContain, ContextArgument) still build every watched example, the
-    same as a collector that builds them all."""
+    that skip the others (EventContain, ContextArgument, StateTransition, VarPeriodicChange)
+    still build every watched example, the same as a collector that builds them all."""
     from traincheck_agent.inference import relations
     from traincheck_agent.inference.stream import TraceSource
 
@@ -175,7 +175,7 @@ def test_collectors_skip_only_examples_no_invariant_watches(agent_in_process, tm
     [path] = find_trace_files([run])
     trace = TraceFile(path)
     records = list(trace.records())
-    for relation in relations.load(["EventContain", "ContextArgument"]):
+    for relation in relations.load(["EventContain", "ContextArgument", "StateTransition", "VarPeriodicChange"]):
         every = relation.Collector(TraceSource.of(trace))
         all_examples = [e for r in records for e in every.feed(r)] + list(every.finish())
         keys = sorted({relation.key_of(e) for e in all_examples})

@@ -23,7 +23,7 @@ from traincheck_agent.trace.reader import (
     find_trace_files,
     reading_with_progress,
 )
-from traincheck_agent.trace.schema import KIND_CALL, KIND_STATE
+from traincheck_agent.trace.schema import KIND_CALL, KIND_SNAPSHOT
 
 RELATIONS = tuple(relations.load())
 
@@ -47,7 +47,7 @@ class _StepCounter(Collector):
 
 # Read along with the relations, in the same pass over each trace (typed Any: read like a
 # relation module).
-STEP_COUNT: Any = SimpleNamespace(RELATION="steps shown", READS=(KIND_CALL, KIND_STATE), Collector=_StepCounter,
+STEP_COUNT: Any = SimpleNamespace(RELATION="steps shown", READS=(KIND_CALL, KIND_SNAPSHOT), Collector=_StepCounter,
                                   key_of=lambda example: example[0])
 
 

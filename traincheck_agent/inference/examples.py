@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from traincheck_agent.inference.stream import Collector, TraceSource
-from traincheck_agent.trace.schema import CLOSURE_CALLS, KIND_SNAPSHOT, KIND_STATE
-from traincheck_agent.trace.snapshot import from_state, variables
+from traincheck_agent.inference.stream import SnapshotCollector, TraceSource
+from traincheck_agent.trace.schema import CLOSURE_CALLS
+from traincheck_agent.trace.snapshot import blocks_of, variables
 
 # Attributes whose values are fingerprints (or None).
 TENSOR_ATTRS = ("data", "grad")
@@ -43,11 +43,10 @@ def marker_hash(h: Any) -> bool:
     return isinstance(h, str) and h.endswith(":")
 
 
-def param_features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """What a parameter's snapshot record says of it that a precondition may read: its kind,
-    the phase, and the descriptive attributes it carries."""
-    attrs = record.get("attrs") or {}
-    out = {"vtype": record.get("vtype"), "phase": record.get("phase")}
+def param_features(vtype: Any, phase: Any, attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """What a parameter's snapshot says of it that a precondition may read: its kind, the
+    phase, and the descriptive attributes it carries."""
+    out = {"vtype": vtype, "phase": phase}
     out.update((name, attrs[name]) for name in DESCRIPTIVE_ATTRS if name in attrs)
     return tuple(sorted(out.items()))
 
@@ -217,7 +216,7 @@ class _Point(NamedTuple):
     closure_calls: Any
 
 
-class TransitionCollector(Collector):
+class TransitionCollector(SnapshotCollector):
     """Pairs each ``after:<event>`` snapshot with the ``before`` one of the same call and
     variable; only the pending ``before`` halves are held."""
 
@@ -238,16 +237,26 @@ class TransitionCollector(Collector):
         self.rates = LearningRates()
         self.data_amax: dict[str, float] = {}  # each variable's latest data magnitude
         self.last_grads: dict[str, dict[str, Any]] = {}  # what each variable's last backward left
+        # The tensor attributes whose examples are built, per event: those of the watched keys
+        # (``wanted``), remembered for the ``wanted`` they were worked out from.
+        self._attributes: tuple[Any, dict[str, tuple[str, ...]]] = (None, {})
 
-    def feed(self, record: dict[str, Any]) -> list[TransitionExample]:
-        """The examples a snapshot record completes, its variables taken in order (a
-        per-variable state record counts as a snapshot of one variable)."""
-        kind, call = record.get("kind"), record.get("call")
+    def _attributes_of(self, event: str) -> tuple[str, ...]:
+        wanted = self.wanted
+        if wanted is None:
+            return TENSOR_ATTRS
+        if self._attributes[0] is not wanted:
+            self._attributes = (wanted, {})
+        memo = self._attributes[1]
+        found = memo.get(event)
+        if found is None:
+            found = memo[event] = tuple(a for a in TENSOR_ATTRS if (event, a) in wanted)
+        return found
+
+    def feed_snapshot(self, record: dict[str, Any]) -> list[TransitionExample]:
+        """The examples a snapshot record completes, its variables taken in order."""
+        call = record.get("call")
         if call is None:
-            return []
-        if kind == KIND_STATE:
-            record = from_state(record)
-        elif kind != KIND_SNAPSHOT:
             return []
         where = record.get("where", "")
         split = self._where.get(where) if isinstance(where, str) else None
@@ -260,6 +269,11 @@ class TransitionCollector(Collector):
         out: list[TransitionExample] = []
         if self.held and call != self.held_call:
             out += self._release()
+        if not self._attributes_of(point.event):  # no watched example: the data's magnitude only
+            for block in blocks_of(record):
+                for var, data in zip(block.names, block.column("data"), strict=True):
+                    self._note_magnitude(var, data)
+            return out
         for var, vtype, _, attrs in variables(record):
             if self.held and vtype == "param_group":
                 lr = self.rates.observe_rate(str(var), step_lr_of(vtype, where, attrs))
@@ -277,13 +291,16 @@ class TransitionCollector(Collector):
         return [e if e.update_negligible or lr is None else e._replace(update_negligible=update_negligible(b, lr))
                 for e, b in held]
 
+    def _note_magnitude(self, var: Any, data: Any) -> None:
+        if isinstance(data, dict) and isinstance(data.get("amax"), (int, float)):
+            self.data_amax[str(var)] = data["amax"]
+
     def _variable(self, point: _Point, var: Any, vtype: Any, attrs: dict[str, Any]) -> list[TransitionExample]:
         """The examples one variable of a snapshot completes."""
         event = point.event
         key = (point.call, event, var)
-        data = attrs.get("data")
-        if isinstance(data, dict) and isinstance(data.get("amax"), (int, float)):
-            self.data_amax[str(var)] = data["amax"]
+        self._note_magnitude(var, attrs.get("data"))
+        attributes = self._attributes_of(event)
         if point.when == "before":
             self.pending[key] = attrs
             return []
@@ -314,7 +331,7 @@ class TransitionCollector(Collector):
         evaluations = point.closure_calls
         regraded = event == "optimizer.step" and isinstance(evaluations, int) and evaluations > 1
         out = []
-        for attribute in TENSOR_ATTRS:
+        for attribute in attributes:
             if attribute not in attrs or attribute not in before or (regraded and attribute == "grad"):
                 continue
             b, a = before[attribute], attrs[attribute]

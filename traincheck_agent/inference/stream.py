@@ -75,6 +75,27 @@ class Collector:
         return ()
 
 
+class SnapshotCollector(Collector):
+    """Base of collectors that read state a snapshot point at a time (``READS`` holds
+    ``snapshot``): ``feed_snapshot`` gets each snapshot record, and a per-variable ``state``
+    record (an older trace, records made by hand) as a snapshot of one variable; records of other
+    kinds go to ``feed_other``."""
+
+    def feed(self, record: dict[str, Any]) -> Iterable[Any]:
+        kind = record.get("kind")
+        if kind == KIND_SNAPSHOT:
+            return self.feed_snapshot(record)
+        if kind == KIND_STATE:
+            return self.feed_snapshot(from_state(record))
+        return self.feed_other(record)
+
+    def feed_snapshot(self, record: dict[str, Any]) -> Iterable[Any]:
+        return ()
+
+    def feed_other(self, record: dict[str, Any]) -> Iterable[Any]:
+        return ()
+
+
 def api_filter(invariants: Iterable[Any]) -> Callable[[dict[str, Any]], bool]:
     """A ``record_filter`` for relations whose every example comes from one call record of
     the API that its invariant names (``subject["api"]``), and whose collector keeps no state

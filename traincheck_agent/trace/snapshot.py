@@ -24,7 +24,7 @@ relation reads one form whatever the writer's version.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from traincheck_agent.trace.schema import KIND_SNAPSHOT, KIND_STATE
 
@@ -98,28 +98,75 @@ def expand(record: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def variables(record: dict[str, Any]) -> Iterator[tuple[str, Any, Any, dict[str, Any]]]:
     """(name, vtype, owner, attributes) of each variable of a snapshot record, in order. Raises
     ``SnapshotFormatError`` (before yielding anything) when its blocks are malformed."""
-    for names, vtypes, owners, cols, extra in blocks_of(record):
-        for i, name in enumerate(names):
-            attrs = {key: column[i] for key, column in cols.items()}
-            more = extra.get(i)
-            if more:
-                attrs.update(more)
-            yield name, vtypes[i], owners[i], attrs
+    for block in blocks_of(record):
+        for i, name in enumerate(block.names):
+            yield name, block.vtypes[i], block.owners[i], block.attrs(i)
 
 
-def blocks_of(record: dict[str, Any]) -> list[Checked]:
-    """The blocks of a snapshot record, checked: (names, vtypes, owners, columns, extras by
-    index), with vtype and owner one per variable. Raises ``SnapshotFormatError``."""
+class _Absent:
+    """An attribute a variable's snapshot did not record, in a ``Block.column``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+
+
+class Block(NamedTuple):
+    """A block of a snapshot record, checked: vtype and owner one per variable, extras by index."""
+
+    names: list[str]
+    vtypes: list[Any]
+    owners: list[Any]
+    cols: dict[str, list[Any]]
+    extra: dict[int, dict[str, Any]]
+
+    def attrs(self, i: int) -> dict[str, Any]:
+        """The attributes of the block's ``i``-th variable."""
+        attrs = {key: column[i] for key, column in self.cols.items()}
+        more = self.extra.get(i) if self.extra else None
+        if more:
+            attrs.update(more)
+        return attrs
+
+    def column(self, attribute: str) -> list[Any]:
+        """One attribute of every variable of the block (``ABSENT`` where one did not record it):
+        what a relation that reads a few attributes walks instead of each variable's dict."""
+        values = self.cols.get(attribute)
+        if not self.extra:
+            return [ABSENT] * len(self.names) if values is None else values
+        values = [ABSENT] * len(self.names) if values is None else list(values)
+        for i, more in self.extra.items():
+            if attribute in more:
+                values[i] = more[attribute]
+        return values
+
+
+# The last record ``blocks_of`` checked, its list of blocks as it was and the checked blocks:
+# each relation that reads snapshots asks for the blocks of the same record in turn, and they
+# are checked once (records are not changed once made). One tuple, replaced whole, so a reader
+# on another thread sees a matching set.
+_last_checked: tuple[Any, Any, int, list[Block]] = (None, None, 0, [])
+
+
+def blocks_of(record: dict[str, Any]) -> list[Block]:
+    """The blocks of a snapshot record, checked. Raises ``SnapshotFormatError``."""
+    global _last_checked
     blocks = record.get(BLOCKS)
+    last = _last_checked
+    if last[0] is record and last[1] is blocks and last[2] == len(blocks):
+        return last[3]
     if not isinstance(blocks, list):
         raise SnapshotFormatError("a snapshot record without a list of blocks")
-    return [_checked_block(block) for block in blocks]
+    checked = [_checked_block(block) for block in blocks]
+    _last_checked = (record, blocks, len(blocks), checked)
+    return checked
 
 
-Checked = tuple[list[str], list[Any], list[Any], dict[str, list[Any]], dict[int, dict[str, Any]]]
-
-
-def _checked_block(block: Any) -> Checked:
+def _checked_block(block: Any) -> Block:
     if not isinstance(block, dict):
         raise SnapshotFormatError(f"a block that is {type(block).__name__}, not an object")
     names = block.get("vars")
@@ -141,8 +188,8 @@ def _checked_block(block: Any) -> Checked:
                 or not 0 <= entry[0] < n or not isinstance(entry[1], dict)):
             raise SnapshotFormatError("a block whose 'extra' is not a list of [index, attributes] pairs")
         extra[entry[0]] = entry[1]
-    return (names, _per_variable(vtype, n, "'vtype'"), _per_variable(block.get("owner"), n, "'owner'"),
-            cols, extra)
+    return Block(names, _per_variable(vtype, n, "'vtype'"), _per_variable(block.get("owner"), n, "'owner'"),
+                 cols, extra)
 
 
 def from_state(record: dict[str, Any]) -> dict[str, Any]:

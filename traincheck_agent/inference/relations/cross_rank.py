@@ -52,10 +52,10 @@ from traincheck_agent.inference.rank_groups import (
     within_groups,
 )
 from traincheck_agent.inference.relations import Needs
-from traincheck_agent.inference.stream import Collector as StreamCollector
-from traincheck_agent.inference.stream import TraceSource
+from traincheck_agent.inference.stream import SnapshotCollector, TraceSource
 from traincheck_agent.trace.groups import WORLD, describe_family
-from traincheck_agent.trace.schema import KIND_GROUPS, KIND_STATE
+from traincheck_agent.trace.schema import KIND_GROUPS, KIND_SNAPSHOT
+from traincheck_agent.trace.snapshot import blocks_of
 
 RELATION = "CrossRankConsistent"
 LEARNS_FROM = "state snapshots of two or more ranks"  # what its examples come from: said when it learns nothing
@@ -63,7 +63,7 @@ ID_PREFIX = "cr"  # of its invariants' ids
 SUBJECT_FIELDS = ("event", "attribute")  # the subject fields it reads when it checks
 TRIAGE_KIND = "state"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
 CROSS_RANK = True  # its examples join the ranks' halves: checked only with two or more ranks
-READS = (KIND_STATE, KIND_GROUPS)  # the record kinds its collector reads
+READS = (KIND_SNAPSHOT, KIND_GROUPS)  # the record kinds its collector reads: state, a snapshot point at a time
 # A backward inside DDP's no_sync keeps its grads local: when the references never had one, the
 # invariant is scoped to synchronised backwards and says nothing about the others.
 SCOPE_FEATURES = ("grad_sync",)
@@ -119,33 +119,41 @@ def _scalar_digest(value: Any) -> str:
     return f"{SCALAR_PREFIX}{value!r}"
 
 
-class Collector(StreamCollector):
+class Collector(SnapshotCollector):
     def __init__(self, source: TraceSource) -> None:
         super().__init__(source)
         self.rank = source.rank
         self.occurrences: dict[tuple, int] = defaultdict(int)
         self.groups: Memberships = ()
 
-    def feed(self, record: dict[str, Any]) -> list[RankSnapshot]:
+    def feed_other(self, record: dict[str, Any]) -> list[RankSnapshot]:
         kind = record.get("kind")
         if kind == "process" and isinstance(record.get("rank"), int):
             self.rank = record["rank"]
         if kind == KIND_GROUPS:
             self.groups = memberships(record)
-        if kind != KIND_STATE:
-            return []
-        attrs = record.get("attrs", {})
-        base = (str(record.get("where")), str(record.get("var")), int(record.get("step", -1)))
+        return []
+
+    def feed_snapshot(self, record: dict[str, Any]) -> list[RankSnapshot]:
+        where, step, phase = str(record.get("where")), int(record.get("step", -1)), record.get("phase")
+        sync = [("grad_sync", record.get("grad_sync", True))] if where.endswith(":backward") else []
+        out: list[RankSnapshot] = []
+        for block in blocks_of(record):
+            for i, var in enumerate(block.names):
+                out += self._variable((where, var, step), phase, sync, block.vtypes[i], block.attrs(i))
+        return out
+
+    def _variable(self, base: tuple[str, str, int], phase: Any, sync: list[tuple[str, Any]], vtype: Any,
+                  attrs: dict[str, Any]) -> list[RankSnapshot]:
         occurrence = self.occurrences[base]
         self.occurrences[base] += 1
-        sync = [("grad_sync", record.get("grad_sync", True))] if base[0].endswith(":backward") else []
         features = tuple(sorted(
-            [("vtype", record.get("vtype")), ("phase", record.get("phase")), *sync]
+            [("vtype", vtype), ("phase", phase), *sync]
             + [(name, attrs[name]) for name in DESCRIPTIVE_ATTRS if name in attrs]
         ))
         shape = attrs.get("shape")
         party = (*features, ("shape", tuple(shape) if isinstance(shape, list) else None))
-        if record.get("vtype") in SCALAR_VTYPES:
+        if vtype in SCALAR_VTYPES:
             return [RankSnapshot(self.source.run_id, *base, occurrence, attribute, self.rank, _scalar_digest(value),
                                  party, self.groups)
                     for attribute, value in sorted(attrs.items()) if value is not None]  # None: not read

@@ -45,6 +45,7 @@ from traincheck_agent.inference.examples import (
     ZERO,
     LearningRates,
     param_features,
+    step_lr_of,
     unfingerprinted,
     update_negligible,
     value_class,
@@ -56,17 +57,17 @@ from traincheck_agent.inference.preconditions import (
 )
 from traincheck_agent.inference.relations import Needs
 from traincheck_agent.inference.scoped import scoped_invariants
-from traincheck_agent.inference.stream import Collector as StreamCollector
-from traincheck_agent.inference.stream import TraceSource
+from traincheck_agent.inference.stream import SnapshotCollector, TraceSource
 from traincheck_agent.policy.model import DESCRIBE_NONE
-from traincheck_agent.trace.schema import KIND_CALL, KIND_STATE
+from traincheck_agent.trace.schema import KIND_CALL, KIND_SNAPSHOT
+from traincheck_agent.trace.snapshot import blocks_of
 
 RELATION = "GradApplied"
 LEARNS_FROM = "optimizer steps with the parameters and grads snapshotted around them"  # what its examples come from: said when it learns nothing
 ID_PREFIX = "ga"  # of its invariants' ids
 SUBJECT_FIELDS = ("event", "attribute", "effect")  # the subject fields it reads when it checks
 TRIAGE_KIND = "state"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
-READS = (KIND_STATE, KIND_CALL)  # the record kinds its collector reads
+READS = (KIND_SNAPSHOT, KIND_CALL)  # the record kinds its collector reads: state, a snapshot point at a time
 MIN_PASSING = 5
 MIN_STEPS = 2
 KEY = "params"  # one group: every parameter of every model
@@ -97,7 +98,7 @@ class AppliedExample(NamedTuple):
         return dict(self.features)
 
 
-class Collector(StreamCollector):
+class Collector(SnapshotCollector):
     def __init__(self, source: TraceSource) -> None:
         super().__init__(source)
         self.step: Any = None
@@ -119,14 +120,12 @@ class Collector(StreamCollector):
         self.step_calls: set[Any] = set()  # the step calls of this iteration
         self.step_apis: set[str] = set()  # and their APIs, once their records arrive
 
-    def feed(self, record: dict[str, Any]) -> list[AppliedExample]:
-        kind = record.get("kind")
-        if kind == KIND_CALL:
-            if record.get("id") in self.step_calls:
-                self.step_apis.add(str(record.get("api")))
-            return []
-        if kind != KIND_STATE:
-            return []
+    def feed_other(self, record: dict[str, Any]) -> list[AppliedExample]:
+        if record.get("kind") == KIND_CALL and record.get("id") in self.step_calls:
+            self.step_apis.add(str(record.get("api")))
+        return []
+
+    def feed_snapshot(self, record: dict[str, Any]) -> list[AppliedExample]:
         out = []
         step = record.get("step")
         if step != self.step:
@@ -140,28 +139,37 @@ class Collector(StreamCollector):
             self.carried = {}
         if where not in POINTS:
             return out
-        var, attrs = str(record.get("var")), record.get("attrs") or {}
+        point = (where, record.get("call"), record.get("phase"))
+        for block in blocks_of(record):
+            for i, var in enumerate(block.names):
+                self._variable(point, var, block.vtypes[i], block.owners[i], block.attrs(i), out)
+        return out
+
+    def _variable(self, point: tuple[Any, Any, Any], var: str, vtype: Any, owner: Any, attrs: dict[str, Any],
+                  out: list[AppliedExample]) -> None:
+        """Follow one variable of a snapshot at one of ``POINTS`` (where, call, phase); the
+        examples it completes go to ``out``."""
+        where, call, phase = point
         if where == GRAD_POINT:
             if attrs.get("requires_grad") is not False and value_class(attrs.get("grad")) == NONZERO:
-                self.grads[var] = param_features(record)
+                self.grads[var] = param_features(vtype, phase, attrs)
                 if unfingerprinted(attrs.get("grad")):
                     self.unknown.add(var)
         elif where == BEFORE_STEP:
-            self.pending[(record.get("call"), var)] = attrs
-            self.step_calls.add(record.get("call"))
+            self.pending[(call, var)] = attrs
+            self.step_calls.add(call)
             grad = attrs.get("grad")
             if var in self.grads and var not in self.arrived and not unfingerprinted(grad):
                 received = value_class(grad)
                 if received != NONE:
                     self.arrived[var] = received != ZERO
-        elif where == AFTER_STEP:
-            lr = self.rates.observe(record)
+        else:  # AFTER_STEP
+            lr = self.rates.observe_rate(var, step_lr_of(vtype, where, attrs))
             if lr is not None:
-                call = record.get("call")
                 self.call_lr[call] = min(lr, self.call_lr.get(call, lr))
-                self.stepped_by.add(str(record.get("owner")))
-                return out
-            before = self.pending.pop((record.get("call"), var), None)
+                self.stepped_by.add(str(owner))
+                return
+            before = self.pending.pop((call, var), None)
             if before is not None and isinstance(before.get("data"), dict) and isinstance(attrs.get("data"), dict):
                 self.stepped = True
                 if unfingerprinted(before["data"]) or unfingerprinted(attrs["data"]):
@@ -172,8 +180,7 @@ class Collector(StreamCollector):
                     if late is not None:
                         out.append(late._replace(applied=True))
                 else:
-                    self.unchanged[var] = (record.get("call"), before)
-        return out
+                    self.unchanged[var] = (call, before)
 
     def finish(self) -> list[AppliedExample]:
         if self.previous_by and not self.previous_by <= self.stepped_by:

@@ -38,16 +38,16 @@ from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import holds_all
 from traincheck_agent.inference.relations import Needs
 from traincheck_agent.inference.scoped import scoped_invariants
-from traincheck_agent.inference.stream import Collector as StreamCollector
-from traincheck_agent.inference.stream import TraceSource
-from traincheck_agent.trace.schema import KIND_STATE
+from traincheck_agent.inference.stream import SnapshotCollector, TraceSource
+from traincheck_agent.trace.schema import KIND_SNAPSHOT
+from traincheck_agent.trace.snapshot import ABSENT, blocks_of
 
 RELATION = "GradCleared"
 LEARNS_FROM = "optimizer steps over parameters whose grads are snapshotted between steps"  # what its examples come from: said when it learns nothing
 ID_PREFIX = "gc"  # of its invariants' ids
 SUBJECT_FIELDS = ("event", "attribute", "effect")  # the subject fields it reads when it checks
 TRIAGE_KIND = "state"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
-READS = (KIND_STATE,)  # the record kinds its collector reads
+READS = (KIND_SNAPSHOT,)  # the record kinds its collector reads: state, a snapshot point at a time
 MIN_PASSING = 5
 MIN_STEPS = 2
 KEY = "params"  # one group: every parameter of every model
@@ -75,33 +75,45 @@ class ClearedExample(NamedTuple):
         return dict(self.features)
 
 
-class Collector(StreamCollector):
+class Collector(SnapshotCollector):
     def __init__(self, source: TraceSource) -> None:
         super().__init__(source)
-        self.step: Any = None  # the step of the last snapshot record
+        self.step: Any = None  # the step of the last snapshot with parameters
         self.last_step: dict[str, int] = {}  # each parameter's iteration of its last step with a grad
         self.cleared: dict[str, bool] = {}  # whether a snapshot since then showed its grad cleared
         self.accumulated: set[str] = set()  # parameters a backward has added to since then
         self.before_backward: dict[tuple[Any, str], Any] = {}  # (backward call, var): its grad's hash
 
-    def feed(self, record: dict[str, Any]) -> list[ClearedExample]:
-        if record.get("kind") != KIND_STATE or record.get("vtype") != "Parameter":
+    def feed_snapshot(self, record: dict[str, Any]) -> list[ClearedExample]:
+        blocks = [block for block in blocks_of(record) if "Parameter" in block.vtypes]
+        if not blocks:
             return []
-        step = record.get("step")
+        step: Any = record.get("step")
         if isinstance(step, int) and isinstance(self.step, int) and step > self.step + 1:
             # Iterations without snapshots (sampled out): what happened to the grads then is unknown.
             self.last_step.clear()
             self.cleared.clear()
             self.accumulated.clear()
         self.step = step
-        attrs = record.get("attrs") or {}
         where = record.get("where")
-        if "grad" not in attrs or where not in POINTS:
+        if where not in POINTS:
             return []
-        grad = attrs["grad"]
+        out = []
+        for block in blocks:
+            for i, (vtype, grad) in enumerate(zip(block.vtypes, block.column("grad"), strict=True)):
+                if vtype != "Parameter" or grad is ABSENT:
+                    continue
+                cleared = self._variable(record, where, block.names[i], grad)
+                if cleared is not None:
+                    out.append(ClearedExample(block.names[i], step, self.source.label, cleared,
+                                              param_features(vtype, record.get("phase"), block.attrs(i))))
+        return out
+
+    def _variable(self, record: dict[str, Any], where: Any, var: str, grad: Any) -> bool | None:
+        """Follow one parameter's grad. When a step receives it and the step's example is due:
+        whether it was cleared since the parameter's previous step; None otherwise."""
         if grad is not None and unfingerprinted(grad):
-            return []
-        var = str(record.get("var"))
+            return None
         if where == BEFORE_BACKWARD:
             self.before_backward[(record.get("call"), var)] = _hash(grad)
         elif where == AFTER_BACKWARD:
@@ -110,17 +122,16 @@ class Collector(StreamCollector):
                 self.accumulated.add(var)
         if value_class(grad) in (NONE, ZERO):
             self.cleared[var] = True
-            return []
+            return None
+        step = record.get("step")
         if where != BEFORE_STEP or not isinstance(step, int) or step < 0:
-            return []
+            return None
         # A step receives a grad: it must be cleared before the parameter's next step.
         previous, cleared = self.last_step.get(var), self.cleared.get(var, False)
         accumulated = var in self.accumulated
         self.last_step[var], self.cleared[var] = step, False
         self.accumulated.discard(var)
-        if previous is None or previous >= step or not accumulated:
-            return []
-        return [ClearedExample(var, step, self.source.label, cleared, param_features(record))]
+        return cleared if previous is not None and previous < step and accumulated else None
 
 
 def _hash(fingerprint: dict[str, Any] | None) -> Any:

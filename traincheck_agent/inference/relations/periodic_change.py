@@ -26,7 +26,6 @@ value may differ between references (another lr is still a constant lr).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from functools import reduce
 from typing import Any, NamedTuple
 
@@ -37,16 +36,16 @@ from traincheck_agent.inference.preconditions import (
     with_condition,
 )
 from traincheck_agent.inference.relations import Needs
-from traincheck_agent.inference.stream import Collector as StreamCollector
-from traincheck_agent.inference.stream import TraceSource
-from traincheck_agent.trace.schema import KIND_STATE
+from traincheck_agent.inference.stream import SnapshotCollector, TraceSource
+from traincheck_agent.trace.schema import KIND_SNAPSHOT
+from traincheck_agent.trace.snapshot import blocks_of
 
 RELATION = "VarPeriodicChange"
 LEARNS_FROM = "numeric state (such as the lr) recorded over several steps"  # what its examples come from: said when it learns nothing
 ID_PREFIX = "vp"  # of its invariants' ids
 SUBJECT_FIELDS = ("event", "vtype", "variable", "attribute", "period", "offset")  # the subject fields it reads when it checks
 TRIAGE_KIND = "state"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
-READS = (KIND_STATE,)  # the record kinds its collector reads
+READS = (KIND_SNAPSHOT,)  # the record kinds its collector reads: state, a snapshot point at a time
 MIN_CHANGES = 3  # changes a hypothesis must have seen, over all references
 MIN_CONSTANT_STEPS = 5  # recorded steps a constant must have been seen over
 CONSTANT = 0  # the period of an attribute that never changes
@@ -98,14 +97,16 @@ def _numeric(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-class Collector(StreamCollector):
-    """Pairs of consecutive recorded steps; only the latest two steps of each key are held."""
+class Collector(SnapshotCollector):
+    """Pairs of consecutive recorded steps; only the latest two steps of each key are held. A
+    checker's collector (``wanted`` set) follows the watched variables only."""
 
     def __init__(self, source: TraceSource) -> None:
         super().__init__(source)
         self.latest: dict[Key, tuple[int, float, str]] = {}  # last record of the newest step seen
         self.settled: dict[Key, tuple[int, float]] = {}  # value at the last complete step before it
         self.trend: dict[Key, tuple[int, float, float]] = {}  # last change's sign, lowest, highest
+        self._watched: tuple[Any, frozenset[tuple[str, str, str]]] = (None, frozenset())
 
     def _pair(self, key: Key, prev: tuple[int, float], cur: tuple[int, float, str]) -> ChangeExample:
         where, vtype, var, attribute = key
@@ -118,19 +119,36 @@ class Collector(StreamCollector):
         return ChangeExample(where, vtype, var, attribute, prev[0], cur[0], before, after, self.source.label,
                              (("phase", cur[2]),), at_bound)
 
-    def feed(self, record: dict[str, Any]) -> list[ChangeExample]:
-        if record.get("kind") != KIND_STATE:
-            return []
+    def feed_snapshot(self, record: dict[str, Any]) -> list[ChangeExample]:
         step = record.get("step")
         if not isinstance(step, int) or step < 0:
             return []  # no training step yet: nothing to be periodic against
-        head = (str(record.get("where", "")), str(record.get("vtype")), str(record.get("var")))
-        phase = str(record.get("phase"))
-        out = []
-        for attribute, value in (record.get("attrs") or {}).items():
-            if not _numeric(value):
-                continue
+        where, phase = str(record.get("where", "")), str(record.get("phase"))
+        watched = self._watched_variables()
+        out: list[ChangeExample] = []
+        for block in blocks_of(record):
+            for i, var in enumerate(block.names):
+                head = (where, str(block.vtypes[i]), var)
+                if watched is None or head in watched:
+                    self._variable(head, step, phase, block.attrs(i), out)
+        return out
+
+    def _watched_variables(self) -> frozenset[tuple[str, str, str]] | None:
+        """The (point, vtype, variable) of the watched keys (None: every variable is)."""
+        wanted = self.wanted
+        if wanted is None:
+            return None
+        if self._watched[0] is not wanted:
+            self._watched = (wanted, frozenset(key[:3] for key in wanted))  # type: ignore[index]
+        return self._watched[1]
+
+    def _variable(self, head: tuple[str, str, str], step: int, phase: str, attrs: dict[str, Any],
+                  out: list[ChangeExample]) -> None:
+        wanted = self.wanted
+        for attribute, value in attrs.items():
             key = (*head, attribute)
+            if not _numeric(value) or (wanted is not None and key not in wanted):
+                continue
             held = self.latest.get(key)
             if held is not None and step != held[0]:
                 if step < held[0]:
@@ -139,16 +157,9 @@ class Collector(StreamCollector):
                     out.append(self._pair(key, self.settled[key], held))
                 self.settled[key] = (held[0], held[1])
             self.latest[key] = (step, value, phase)  # within a step, the last record wins
-        return out
 
     def finish(self) -> list[ChangeExample]:
         return [self._pair(key, self.settled[key], held) for key, held in self.latest.items() if key in self.settled]
-
-
-def record_filter(invariants: list[Invariant]) -> Callable[[dict[str, Any]], bool]:
-    """Checking only: the snapshots of the watched variables are all the collector needs."""
-    wanted = {(i.subject["event"], i.subject["vtype"], i.subject["variable"]) for i in invariants}
-    return lambda record: (record.get("where"), record.get("vtype"), record.get("var")) in wanted
 
 
 def key_of(example: ChangeExample) -> Key:

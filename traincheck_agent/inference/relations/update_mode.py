@@ -18,16 +18,16 @@ from typing import Any, NamedTuple
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import enough_support
 from traincheck_agent.inference.relations import Needs
-from traincheck_agent.inference.stream import Collector as StreamCollector
-from traincheck_agent.inference.stream import TraceSource
-from traincheck_agent.trace.schema import KIND_STATE
+from traincheck_agent.inference.stream import SnapshotCollector, TraceSource
+from traincheck_agent.trace.schema import KIND_SNAPSHOT
+from traincheck_agent.trace.snapshot import blocks_of
 
 RELATION = "UpdateMode"
 LEARNS_FROM = "optimizer steps with the mode of the model they update recorded"  # what its examples come from: said when it learns nothing
 ID_PREFIX = "um"  # of its invariants' ids
 SUBJECT_FIELDS = ("event", "model", "phase")  # the subject fields it reads when it checks
 TRIAGE_KIND = "context"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
-READS = (KIND_STATE,)  # the record kinds its collector reads
+READS = (KIND_SNAPSHOT,)  # the record kinds its collector reads: state, a snapshot point at a time
 EVENT = "optimizer.step"
 POINT = f"before:{EVENT}"
 MIN_STEPS = 3
@@ -40,22 +40,29 @@ class StepMode(NamedTuple):
     trace: str
 
 
-class Collector(StreamCollector):
+class Collector(SnapshotCollector):
     def __init__(self, source: TraceSource) -> None:
         super().__init__(source)
         self.seen: set[tuple[Any, str]] = set()  # (step call, model) of the current call
         self.call: Any = None
 
-    def feed(self, record: dict[str, Any]) -> list[StepMode]:
-        if record.get("kind") != KIND_STATE or record.get("where") != POINT or record.get("vtype") != "Parameter":
+    def feed_snapshot(self, record: dict[str, Any]) -> list[StepMode]:
+        if record.get("where") != POINT:
             return []
-        call, model = record.get("call"), str(record.get("owner") or "")
+        call, step = record.get("call"), record.get("step")
         if call != self.call:
             self.call, self.seen = call, set()
-        if (call, model) in self.seen or not isinstance(record.get("step"), int) or record["step"] < 0:
+        if not isinstance(step, int) or step < 0:
             return []
-        self.seen.add((call, model))
-        return [StepMode(model, str(record.get("phase")), record["step"], self.source.label)]
+        phase, out = str(record.get("phase")), []
+        for block in blocks_of(record):
+            for vtype, owner in zip(block.vtypes, block.owners, strict=True):
+                model = str(owner or "")
+                if vtype != "Parameter" or (call, model) in self.seen:
+                    continue
+                self.seen.add((call, model))
+                out.append(StepMode(model, phase, step, self.source.label))
+        return out
 
 
 def key_of(example: StepMode) -> str:
