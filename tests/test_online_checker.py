@@ -90,6 +90,63 @@ def test_a_snapshot_is_judged_at_once_as_one_example_at_a_time(agent_in_process,
     assert all(found for found, _ in outcomes[:2]) and any(outside for _, outside in outcomes)
 
 
+def test_examples_judged_once_per_outcome_share_every_verdict(agent_in_process, tmp_path):
+    """A relation's ``outcome`` holds all that its verdicts read besides an example's group and
+    features (``violations_in`` judges once per triple): over the examples of clean and buggy
+    runs, examples that share the triple get the same verdicts under every invariant."""
+    from traincheck_agent.inference import relations
+    from traincheck_agent.inference.stream import collect_all
+
+    def collect(name: str, *args: str) -> Path:
+        return collect_mlp_in_process(agent_in_process, tmp_path, name, *args)
+
+    runs = [collect("ref", "--steps", "6"), collect("frozen", "--steps", "4", "--freeze-backbone")]
+    runs += [collect(bug, "--steps", "4", "--bug", bug) for bug in ("no-zero-grad", "optimizer-over-frozen")]
+    invariants, _ = infer_invariants(runs[:1])
+    with_outcome = [r for r in relations.load(list(relations.MODULES)) if hasattr(r, "outcome")]
+    assert {r.RELATION for r in with_outcome} >= {"StateTransition", "GradApplied", "GradCleared"}
+    judged_pairs = 0
+    for relation in with_outcome:
+        watching = [inv for inv in invariants if inv.relation == relation.RELATION]
+        assert watching, relation.RELATION
+        seen: dict = {}
+        for run in runs:
+            for key, examples in collect_all([relation], [run])[relation.RELATION].items():
+                for example in examples:
+                    verdicts = tuple((getattr(relation, "outside", lambda i, e: None)(inv, example),
+                                      relation.violates(inv, example))
+                                     for inv in watching if relation.invariant_key(inv) == key)
+                    triple = (key, example.features, relation.outcome(example))
+                    judged_pairs += triple in seen
+                    assert seen.setdefault(triple, verdicts) == verdicts, (relation.RELATION, triple)
+    assert judged_pairs > 100
+
+
+def test_a_snapshot_whose_variables_differ_in_outcome_alone_is_judged_per_variable():
+    """Two parameters alike in every feature, one that the step changed and one it did not:
+    judged together, the unchanged one alone breaks "the step changes the data"."""
+    from traincheck_agent.inference.invariant import Invariant
+    from traincheck_agent.trace.snapshot import SnapshotBuilder
+
+    def snapshot(when: str, hashes: list[str]) -> dict:
+        builder = SnapshotBuilder({"where": f"{when}:optimizer.step", "call": 7, "step": 3, "phase": "train"})
+        builder.add_columns(["fc.a", "fc.b"], "Parameter", "model", {
+            "dtype": ["float32"] * 2, "shape": [[4]] * 2, "requires_grad": [True] * 2,
+            "data": [{"h": h, "zero": False, "nonfinite": False} for h in hashes],
+            "grad": [{"h": "g", "zero": False, "nonfinite": False}] * 2})
+        return builder.built()
+
+    changes = Invariant("StateTransition", {"event": "optimizer.step", "attribute": "data", "effect": "changed"}, ())
+    found: list[dict] = []
+    checker = OnlineChecker([changes], found.append)
+    checker.feed({"kind": "header", "run_id": "r", "rank": 0})
+    checker.feed(snapshot("before", ["a0", "b0"]))
+    checker.feed(snapshot("after", ["a1", "b0"]))
+    checker.finish()
+    assert [v["variable"] for v in found] == ["fc.b"]
+    assert checker.coverage.checked == {changes.id: 2}
+
+
 def test_call_relations_see_only_their_apis_and_judge_as_offline(agent_in_process, tmp_path):
     """Relations whose examples are single calls of one API get only the records of the APIs
     their invariants name (``api_filter``); the verdicts stay those of the offline check."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.judged_counts import JudgedCounts, example_key
@@ -142,18 +142,20 @@ def violations_in(relation: ModuleType, by_key: Mapping[Hashable, Sequence[Invar
     its group in ``by_key``: the same verdicts in the same order, and the same counts.
 
     What depends on an example's group and features alone (each invariant's domain verdict
-    and whether its precondition admits the example) is worked out once per pair in the batch,
-    and the counts are added once per batch; per example and invariant there remain the
-    relation's ``outside`` and ``violates``. Examples without a feature tuple take
-    ``violations_of``."""
+    and whether its precondition admits the example) is worked out once per pair in the batch.
+    A relation whose verdicts depend on nothing else of an example but its ``outcome`` (a
+    hashable summary: a transition's value classes, whether a grad was applied) has each
+    invariant's verdict worked out once per (group, features, outcome): a snapshot of a
+    thousand parameters that all did the same costs one verdict per invariant. The counts are
+    added once per batch. Examples without a feature tuple take ``violations_of``."""
     applies = getattr(relation, "outside", None)
+    outcome_of = getattr(relation, "outcome", None)
     key_of, violates = relation.key_of, relation.violates
     plans: dict[tuple[Hashable, Any], list[tuple[Invariant, str | None, bool]]] = {}
-    checked: dict[str, int] = {}
-    outside: dict[str, tuple[int, str]] = {}
-    judged: dict[tuple[str, str, int], int] = {}
+    verdicts: dict[Hashable, _Verdicts] = {}
+    tally: dict[Hashable, list[Any]] = {}  # (verdicts' key, trace, step) -> [verdicts, trace and step, examples]
     found: list[tuple[Invariant, Any, tuple[str, str, int] | None]] = []
-    for example in examples:
+    for index, example in enumerate(examples):
         group = key_of(example)
         invariants = by_key.get(group)
         if not invariants:
@@ -164,39 +166,60 @@ def violations_in(relation: ModuleType, by_key: Mapping[Hashable, Sequence[Invar
             continue
         plan = plans.get((group, features))
         if plan is None:
-            verdicts = _domain_verdicts(coverage, features)
+            domain = _domain_verdicts(coverage, features)
             plan = plans[(group, features)] = [
-                (inv, _domain_reason(inv, verdicts, example), _admitted(coverage, inv, example)) for inv in invariants]
+                (inv, _domain_reason(inv, domain, example), _admitted(coverage, inv, example)) for inv in invariants]
         step = getattr(example, "step", None)
         where: tuple[str, int] | None = None  # the count it belongs to, as ``example_key``'s
         if getattr(example, "var", None) is not None and isinstance(step, int) and not isinstance(step, bool):
             where = (str(getattr(example, "trace", "")), step)
-        for inv, reason, admitted in plan:
-            if reason is None and applies is not None:
-                reason = applies(inv, example)
-            inv_id = inv.id
+        key: Hashable = (group, features, outcome_of(example)) if outcome_of is not None else index
+        judged = verdicts.get(key)
+        if judged is None:
+            judged = verdicts[key] = _judge_plan(plan, example, applies, violates)
+        counted = tally.get((key, where))
+        if counted is None:
+            tally[(key, where)] = [judged, where, 1]
+        else:
+            counted[2] += 1
+        for inv in judged.violated:
+            found.append((inv, example, None if where is None else (inv.id, where[0], where[1])))
+    outside: dict[str, str] = {}
+    for verdict, where, n in tally.values():
+        for inv_id, reason, admitted in verdict.counted:
             if reason is not None:
                 if admitted:
-                    n, first = outside.get(inv_id, (0, reason))
-                    outside[inv_id] = (n + 1, first)
+                    coverage.outside[inv_id] = coverage.outside.get(inv_id, 0) + n
+                    outside.setdefault(inv_id, reason)
                 continue
-            checked[inv_id] = checked.get(inv_id, 0) + 1
-            count_key = None if where is None else (inv_id, where[0], where[1])
-            if count_key is not None and admitted:
-                judged[count_key] = judged.get(count_key, 0) + 1
-            if violates(inv, example):
-                found.append((inv, example, count_key))
-    for inv_id, n in checked.items():
-        coverage.checked[inv_id] = coverage.checked.get(inv_id, 0) + n
-    for inv_id, (n, reason) in outside.items():
-        coverage.outside[inv_id] = coverage.outside.get(inv_id, 0) + n
+            coverage.checked[inv_id] = coverage.checked.get(inv_id, 0) + n
+            if where is not None and admitted:
+                coverage.judged.judged((inv_id, where[0], where[1]), n)
+    for inv_id, reason in outside.items():
         coverage.reasons.setdefault(inv_id, reason[:MAX_REASON_CHARS])
-    for count_key, n in judged.items():
-        coverage.judged.judged(count_key, n)
     for inv, example, count_key in found:
         if count_key is not None:
             coverage.judged.violated(count_key)
         yield inv, example
+
+
+class _Verdicts(NamedTuple):
+    """One example's verdicts under each invariant of its group: (id, why it is outside the
+    invariant's domain or None, whether the precondition admits it), and those it violates."""
+
+    counted: list[tuple[str, str | None, bool]]
+    violated: list[Invariant]
+
+
+def _judge_plan(plan: list[tuple[Invariant, str | None, bool]], example: Any, applies: Any, violates: Any) -> _Verdicts:
+    counted, violated = [], []
+    for inv, reason, admitted in plan:
+        if reason is None and applies is not None:
+            reason = applies(inv, example)
+        counted.append((inv.id, reason, admitted))
+        if reason is None and violates(inv, example):
+            violated.append(inv)
+    return _Verdicts(counted, violated)
 
 
 def _domain_verdicts(coverage: Coverage, features: Hashable) -> dict[str, str | None]:

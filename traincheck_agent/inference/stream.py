@@ -14,6 +14,9 @@ A relation module provides:
   judged on, and the group an invariant watches;
 * ``infer(groups, sources)``: hypothesise, split passing from failing, deduce preconditions;
 * ``violates(invariant, example)`` and ``violation(invariant, example)``;
+* optionally ``outcome(example)``: a hashable summary of all that ``outside`` and ``violates``
+  read of an example besides its group and its ``features``; examples that share all three are
+  judged once per batch (``coverage.violations_in``);
 * optionally ``record_filter(invariants)``: for checking, a predicate on records that keeps
   only those the given invariants can be judged on (the collector sees no others);
 * optionally ``finalize(groups)``: work that needs every trace, run once after the last one

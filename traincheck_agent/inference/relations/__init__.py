@@ -43,7 +43,7 @@ class Relation(Protocol):
 
     Optional, with their defaults: ``CROSS_RANK = False`` (its examples join the ranks'
     halves), ``SHARED_SUBJECT = None`` (one subject in triage whatever API a violation names),
-    ``outside``, ``record_filter``, ``finalize`` and ``HALF`` (see ``inference.stream``)."""
+    ``outside``, ``outcome``, ``record_filter``, ``finalize`` and ``HALF`` (see ``inference.stream``)."""
 
     RELATION: str
     ID_PREFIX: str

@@ -245,6 +245,11 @@ def infer(groups: dict[str, list[AppliedExample]], sources: tuple[str, ...]) -> 
     return invariants
 
 
+def outcome(e: AppliedExample) -> tuple[Any, ...]:
+    """What ``outside`` and ``violates`` read of an example besides its group and features."""
+    return e.applied, e.fingerprinted, e.arrived
+
+
 def outside(invariant: Invariant, e: AppliedExample) -> str | None:
     """A parameter without a fingerprint: whether the step applied its grad is unknown."""
     return None if e.fingerprinted else NO_FINGERPRINT

@@ -153,6 +153,11 @@ def infer(groups: dict[str, list[ClearedExample]], sources: tuple[str, ...]) -> 
                              min_steps=MIN_STEPS)
 
 
+def outcome(e: ClearedExample) -> bool:
+    """What ``violates`` reads of an example besides its features."""
+    return e.cleared
+
+
 def violates(invariant: Invariant, e: ClearedExample) -> bool:
     return not e.cleared and holds_all(invariant.precondition, e.feature_map())
 

@@ -151,6 +151,11 @@ def infer(groups: Groups, sources: tuple[str, ...]) -> list[Invariant]:
     return invariants
 
 
+def outcome(e: TransitionExample) -> tuple[Any, ...]:
+    """What ``outside`` and ``violates`` read of an example besides its group and features."""
+    return (e.before_class, e.after_class, e.changed, e.fingerprinted, e.update_negligible, e.rounding_grad)
+
+
 def outside(invariant: Invariant, e: TransitionExample) -> str | None:
     """A tensor without a fingerprint: nothing can be said about what the call did to it."""
     return None if e.fingerprinted else NO_FINGERPRINT
