@@ -11,7 +11,9 @@ two clean reference runs of the same example.
   checker's first build there (relation modules, collectors);
 - ``snapshots``: the six state snapshots of a training step (before and after ``zero_grad``,
   ``backward`` and the optimizer step), taken through the live agent of a check-mode process
-  after a few steps: us per step;
+  after a few steps: us per step; and the fingerprinting alone (the same tensors hashed
+  without the rest of a snapshot: the floor of what full fingerprints cost), with the tensors
+  and megabytes hashed per step;
 - ``in_loop``: what the agent adds to a training step of the example's loop, where torch's own
   work runs between the agent's (its caches and branch history lost in between): one check-mode
   process switches the agent off and on in alternating blocks of steps (switched off, every
@@ -182,7 +184,23 @@ SNAPSHOTS = textwrap.dedent("""
         for _ in range(200):
             snapshots()
         times.append((time.perf_counter() - start) / 200)
-    print(json.dumps({{"us_per_step": round(statistics.median(times) * 1e6, 1)}}))
+    # The fingerprinting alone: the same tensors, hashed without the rest of a snapshot.
+    from traincheck_agent.agent.record import state_probe
+    hashed, fingerprint_tensors = [], state_probe.fingerprint_tensors
+    state_probe.fingerprint_tensors = lambda tensors: (hashed.append(list(tensors)), fingerprint_tensors(tensors))[1]
+    snapshots()
+    state_probe.fingerprint_tensors = fingerprint_tensors
+    hash_times = []
+    for _ in range(7):
+        start = time.perf_counter()
+        for _ in range(200):
+            for tensors in hashed:
+                fingerprint_tensors(tensors)
+        hash_times.append((time.perf_counter() - start) / 200)
+    print(json.dumps({{"us_per_step": round(statistics.median(times) * 1e6, 1),
+                      "fingerprint_us_per_step": round(statistics.median(hash_times) * 1e6, 1),
+                      "tensors_per_step": sum(map(len, hashed)),
+                      "mb_hashed_per_step": round(sum(t.nbytes for ts in hashed for t in ts) / 1e6, 2)}}))
 """)
 
 

@@ -94,7 +94,7 @@ class TransitionExample(NamedTuple):
         return dict(self.features)
 
 
-def _features(vtype: Any, phase: Any, step: Any, attrs: dict[str, Any], before: dict[str, Any],
+def _features(vtype: Any, phase: Any, step: Any, attrs: dict[str, Any], before_classes: dict[str, str],
               first_in_step: bool) -> tuple[tuple[str, Any], ...]:
     out: dict[str, Any] = {
         "vtype": vtype,
@@ -107,9 +107,8 @@ def _features(vtype: Any, phase: Any, step: Any, attrs: dict[str, Any], before: 
     for name in DESCRIPTIVE_ATTRS:
         if name in attrs:
             out[name] = attrs[name]
-    for name in TENSOR_ATTRS:  # the class of every tensor attribute before the call
-        if name in before:
-            out[f"before.{name}"] = value_class(before[name])
+    for name, value_kind in before_classes.items():  # the class of every tensor attribute before the call
+        out[f"before.{name}"] = value_kind
     return tuple(sorted(out.items()))
 
 
@@ -288,7 +287,9 @@ class TransitionCollector(SnapshotCollector):
     def _release(self) -> list[TransitionExample]:
         lr, held = self.held_lr, self.held
         self.held, self.held_call, self.held_lr = [], None, None
-        return [e if e.update_negligible or lr is None else e._replace(update_negligible=update_negligible(b, lr))
+        if lr is None:
+            return [e for e, _ in held]
+        return [e._replace(update_negligible=True) if not e.update_negligible and update_negligible(b, lr) else e
                 for e, b in held]
 
     def _note_magnitude(self, var: Any, data: Any) -> None:
@@ -324,32 +325,23 @@ class TransitionCollector(SnapshotCollector):
         occurrence = (event, var)
         first_in_step = occurrence not in self.seen_in_step
         self.seen_in_step.add(occurrence)
-        features = _features(vtype, point.phase, step, attrs, before, first_in_step)
+        before_classes = {name: value_class(before[name]) for name in TENSOR_ATTRS if name in before}
+        features = _features(vtype, point.phase, step, attrs, before_classes, first_in_step)
         negligible = update_negligible(before)
         # A step that evaluated its closure again (L-BFGS) ends with the grads of that closure's
         # last backward: what the step itself did to the grad cannot be told.
         evaluations = point.closure_calls
         regraded = event == "optimizer.step" and isinstance(evaluations, int) and evaluations > 1
         out = []
+        label = self.source.label
         for attribute in attributes:
             if attribute not in attrs or attribute not in before or (regraded and attribute == "grad"):
                 continue
             b, a = before[attribute], attrs[attribute]
-            out.append(TransitionExample(
-                event=event,
-                attribute=attribute,
-                before_hash=None if b is None else b.get("h"),
-                after_hash=None if a is None else a.get("h"),
-                before_class=value_class(b),
-                after_class=value_class(a),
-                features=features,
-                trace=self.source.label,
-                step=step,
-                var=var,
-                update_negligible=negligible,
-                rounding_grad=rounding,
-                fingerprinted=not (unfingerprinted(b) or unfingerprinted(a)),
-            ))
+            out.append(TransitionExample(  # in field order: event, attribute, hashes, classes, ...
+                event, attribute, None if b is None else b.get("h"), None if a is None else a.get("h"),
+                before_classes[attribute], value_class(a), features, label, step, var, negligible, rounding,
+                not (unfingerprinted(b) or unfingerprinted(a))))
         if event == "optimizer.step" and out:
             self.held_call = point.call
             self.held += [(e, before) for e in out]
