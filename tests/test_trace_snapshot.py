@@ -12,8 +12,10 @@ from conftest import collect_mlp_here, read_traces
 from traincheck_agent.trace.reader import TraceFile, TraceFormatError, find_trace_files
 from traincheck_agent.trace.schema import KIND_SNAPSHOT, KIND_STATE, SCHEMA_VERSION
 from traincheck_agent.trace.snapshot import (
+    ABSENT,
     SnapshotBuilder,
     SnapshotFormatError,
+    blocks_of,
     expand,
     variables_in,
 )
@@ -49,6 +51,37 @@ def test_columns_rows_and_extras_expand_to_the_records_they_stand_for() -> None:
         _state("opt.param_groups.1", "param_group", {"lr": 0.2}, "opt"),
         _state("opt.settings", "optimizer_settings", {"clip_grad": 1.0}, "opt"),
     ]
+
+
+def test_a_column_reads_one_attribute_of_every_variable_with_extras_in_place() -> None:
+    snap = SnapshotBuilder(BASE)
+    snap.add_columns(["m.w", "m.b", "m.c"], "Parameter", "model", {"data": [FP_A, FP_B, None]},
+                     extra=[[1, {"tensor_model_parallel": True, "data": FP_A}]])
+    record = snap.built()
+    assert record is not None
+    [block] = blocks_of(record)
+    assert block.column("data") == [FP_A, FP_A, None]
+    assert block.column("tensor_model_parallel") == [ABSENT, True, ABSENT]
+    assert block.column("grad") == [ABSENT] * 3
+    assert record["blocks"][0]["cols"]["data"] == [FP_A, FP_B, None]  # the record is left as it was
+    assert [block.attrs(i) for i in range(3)] == [{"data": FP_A}, {"data": FP_A, "tensor_model_parallel": True},
+                                                  {"data": None}]
+
+
+def test_a_record_is_checked_once_while_its_blocks_stay_the_same() -> None:
+    """The relations that read a snapshot ask for its blocks in turn: the second asks get the
+    blocks checked by the first, and a record whose list of blocks changed is checked again."""
+    snap = SnapshotBuilder(BASE)
+    snap.add_columns(["m.w"], "Parameter", "model", {"data": [FP_A]})
+    record = snap.built()
+    assert record is not None
+    first = blocks_of(record)
+    assert blocks_of(record) is first
+    record["blocks"].append({"vars": ["m.b"], "vtype": "Parameter", "cols": {"data": "not a column"}})
+    with pytest.raises(SnapshotFormatError, match="column 'data' does not have 1 entries"):
+        blocks_of(record)
+    record["blocks"] = [{"vars": ["m.b"], "vtype": "Parameter", "cols": {"data": [FP_B]}}]
+    assert [block.names for block in blocks_of(record)] == [["m.b"]]
 
 
 def test_a_point_that_looked_at_nothing_gives_no_record() -> None:
