@@ -51,6 +51,7 @@ import traincheck_agent  # noqa: E402
 from traincheck_agent.examples import cnn_train  # noqa: E402
 from traincheck_agent.inference.engine import infer_invariants  # noqa: E402
 from traincheck_agent.inference.invariant import write_invariants  # noqa: E402
+from traincheck_agent.report.violations import STATS_EVENTS  # noqa: E402
 
 
 def collect_reference(out_dir: Path, steps: int, seed: int) -> Path:
@@ -118,7 +119,10 @@ def compile_agent_bytecode() -> None:
 
 
 def violations_in(out_dir: Path) -> int:
-    return sum(len(p.read_text().splitlines()) for p in out_dir.glob("violations-*.jsonl"))
+    """The violations logged under ``out_dir`` (not the coverage and waiver lines that close a
+    check's log)."""
+    return sum(1 for p in out_dir.glob("violations-*.jsonl") for line in p.read_text().splitlines()
+               if line.strip() and json.loads(line).get("event") not in STATS_EVENTS)
 
 
 def main() -> None:

@@ -29,6 +29,26 @@ def test_every_relation_module_declares_its_facts():
 
 
 @pytest.mark.slow
+def test_state_is_read_a_snapshot_point_at_a_time_so_no_snapshot_is_expanded():
+    """Every relation that reads state takes a snapshot record as it is: neither inference nor
+    the online checker builds one record per variable of a point (``stream.views``)."""
+    from traincheck_agent.check.online import OnlineChecker
+    from traincheck_agent.inference.invariant import Invariant
+    from traincheck_agent.inference.stream import SnapshotCollector
+    from traincheck_agent.trace.schema import KIND_SNAPSHOT, KIND_STATE
+
+    readers = [relations.module(name) for name in relations.MODULES]
+    readers = [module for module in readers if KIND_SNAPSHOT in module.READS or KIND_STATE in module.READS]
+    assert len(readers) >= 6
+    for module in readers:
+        assert KIND_STATE not in module.READS, module.RELATION
+        assert issubclass(module.Collector, SnapshotCollector), module.RELATION
+    every = [Invariant(module.RELATION, dict.fromkeys(module.SUBJECT_FIELDS, "x"), ()) for module in readers]
+    checker = OnlineChecker(every, lambda v: None)
+    checker.feed({"kind": "header", "run_id": "r", "rank": 0, "world_size": 2})
+    assert checker._reads == (True, False)
+
+
 def test_only_the_relations_asked_for_are_imported():
     code = ("import sys\nfrom traincheck_agent.inference import relations\n"
             "relations.module('GradApplied')\n"
