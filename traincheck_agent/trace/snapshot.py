@@ -16,9 +16,10 @@ A block is a run of variables that share their attribute names::
      "cols": {attribute: [one value per variable], ...},
      "extra": [[index, {attribute: value}], ...]               (optional: a few variables' own)}
 
-``expand`` gives the per-variable ``state`` records a snapshot stands for, in the order the
-variables were looked at; readers of trace files and the online checker see those, so every
-relation reads one form whatever the writer's version.
+Relations read a snapshot as it is: ``blocks_of`` checks its blocks (once per record, however
+many relations ask), and a ``Block`` gives one variable's attributes or one attribute of every
+variable. ``expand`` gives the per-variable ``state`` records a snapshot stands for, in the order
+the variables were looked at, for readers that ask for them (``TraceFile.records``).
 """
 
 from __future__ import annotations

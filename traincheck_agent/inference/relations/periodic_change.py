@@ -144,6 +144,7 @@ class Collector(SnapshotCollector):
 
     def _variable(self, head: tuple[str, str, str], step: int, phase: str, attrs: dict[str, Any],
                   out: list[ChangeExample]) -> None:
+        """Follow the numeric attributes of one variable; pairs it completes go to ``out``."""
         wanted = self.wanted
         for attribute, value in attrs.items():
             key = (*head, attribute)
