@@ -30,7 +30,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import PIPELINES, agent_env, collect_in_process, read_traces, run_parallel
+from conftest import (
+    PIPELINES,
+    agent_env,
+    collect_in_process,
+    collect_mlp_here,
+    read_traces,
+    run_parallel,
+)
 
 from traincheck_agent.check.offline import check_offline
 from traincheck_agent.examples import cnn_train
@@ -164,6 +171,23 @@ def test_reinitialising_a_weight_through_data_is_caught(tmp_path):
     # normal_ itself, and the initialisers' family (the same second call)
     assert [v["step"] for v in found] == [-1, -1] and {v["api"] for v in found} == {"torch.Tensor.normal_"}
     assert check_offline(invariants, [runs["clean"]]) == []
+
+
+def test_grads_cleared_at_the_top_of_each_iteration_against_references_that_clear_after_the_step(tmp_path):
+    """Two correct places to clear grads: references that call ``zero_grad`` after the step
+    never call it on grads that are still None, which a loop that clears at the top of each
+    iteration does before its first backward. Nothing to change there is no violation of
+    "zero_grad changes the grad"; a loop that never clears is still caught by step 1."""
+    refs = [collect_mlp_here(tmp_path, f"ref{seed}", "--steps", "6", "--seed", str(seed), "--zero-grad-at", "end")
+            for seed in (0, 1)]
+    invariants, _ = infer_invariants(refs)
+    changes = {"event": "zero_grad", "attribute": "grad", "effect": "changed"}
+    assert any(i.relation == "StateTransition" and i.subject == changes for i in invariants)
+    top_of_loop = collect_mlp_here(tmp_path, "top", "--steps", "4", "--seed", "3")
+    assert check_offline(invariants, [top_of_loop]) == []
+    found = check_offline(invariants, [collect_mlp_here(tmp_path, "bug", "--steps", "4", "--seed", "3",
+                                                        "--zero-grad-at", "end", "--bug", "no-zero-grad")])
+    assert found and min(v["step"] for v in found) <= 1
 
 
 @pytest.fixture(scope="module")

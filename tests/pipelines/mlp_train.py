@@ -56,6 +56,8 @@ def main() -> None:
     parser.add_argument("--grads-to-zero", action="store_true",
                         help="zero_grad(set_to_none=False): zero the grads instead of dropping them")
     parser.add_argument("--print-every", type=int, default=0, help="print 'step N' every N steps")
+    parser.add_argument("--zero-grad-at", choices=["start", "end"], default="start",
+                        help="clear the grads at the top of each iteration or after its step")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
@@ -100,7 +102,7 @@ def main() -> None:
             loss = optimizer.step(functools.partial(closure_iteration, model, optimizer, x, y, args.bug))
             losses.append(loss.item())
             continue
-        if args.bug != "no-zero-grad":
+        if args.bug != "no-zero-grad" and args.zero_grad_at == "start":
             optimizer.zero_grad(set_to_none=not args.grads_to_zero)
         for micro in range(args.accumulate):
             part = slice(micro * len(x) // args.accumulate, (micro + 1) * len(x) // args.accumulate)
@@ -109,6 +111,8 @@ def main() -> None:
         if args.clip:
             nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         optimizer.step()
+        if args.bug != "no-zero-grad" and args.zero_grad_at == "end":
+            optimizer.zero_grad(set_to_none=not args.grads_to_zero)
         if scheduler is not None:
             scheduler.step()
         losses.append(loss.item())
