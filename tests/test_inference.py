@@ -63,8 +63,9 @@ def test_core_training_invariants_are_learned(runs):
     assert clauses(("backward", "grad", "finds_none_or_zero")) == scope
     assert found[("optimizer.step", "grad", "unchanged")].support["passing"] == 60  # 6 params x 10 steps
     assert len(files) == 1
-    # zero_grad at step 0 sees no grads yet: the precondition says the grad must be there.
-    assert clauses(("zero_grad", "grad", "changed")) == ["before.grad = nonzero", "first_in_step = True"]
+    # zero_grad at step 0 sees no grads yet: nothing to change there, so those examples are
+    # undecided and need no clause of their own.
+    assert clauses(("zero_grad", "grad", "changed")) == scope
 
 
 @pytest.mark.slow

@@ -166,6 +166,27 @@ def test_the_coverage_of_a_check_counts_what_each_invariant_judged_where_it_brok
     assert merged.to_json()["judged"] == {"a": {"t": {"1": 4}}}
 
 
+def test_the_coverage_summary_says_each_reason_once():
+    """Several invariants of one call share a reason (every zero_grad invariant meets the same
+    frozen parameters): the summary says it once, and counts further distinct reasons as more."""
+    from traincheck_agent.inference.invariant import Invariant
+
+    invariants = {inv.id: inv for inv in (
+        Invariant("StateTransition", {"event": "zero_grad", "attribute": "grad", "effect": effect}, ())
+        for effect in ("changed", "becomes_none_or_zero"))}
+    coverage = Coverage()
+    for inv_id in invariants:
+        coverage.outside[inv_id] = 12
+        coverage.reasons[inv_id] = "requires_grad=False never seen"
+    coverage.checked["other"] = 30
+    assert coverage.summary(invariants) == ("30 of 54 examples checked, 24 outside the references' domain "
+                                            "(requires_grad=False never seen for zero_grad)")
+    coverage.outside["x"], coverage.reasons["x"] = 1, "dtype=bfloat16 never seen"
+    coverage.outside["y"], coverage.reasons["y"] = 1, "phase=eval never seen"
+    assert coverage.summary(invariants).endswith(
+        "(requires_grad=False never seen for zero_grad; dtype=bfloat16 never seen for x, ...)")
+
+
 def test_a_damaged_judged_count_is_refused_with_a_reason():
     from traincheck_agent.report.violation_schema import record_problem
 

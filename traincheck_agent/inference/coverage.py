@@ -65,15 +65,16 @@ class Coverage:
         checked, outside = self.totals()
         if not outside:
             return ""
-        worst = sorted(self.outside.items(), key=lambda kv: (-kv[1], kv[0]))[:limit]
-        reasons = []
-        for inv_id, _ in worst:
+        reasons: list[str] = []  # most examples first, each wording once (invariants of one call share it)
+        for inv_id, _ in sorted(self.outside.items(), key=lambda kv: (-kv[1], kv[0])):
             inv = (invariants or {}).get(inv_id)
             about = _subject_name(inv) if inv is not None else inv_id
-            reasons.append(f"{self.reasons.get(inv_id, '?')} for {about}")
-        more = ", ..." if len(self.outside) > limit else ""
+            reason = f"{self.reasons.get(inv_id, '?')} for {about}"
+            if reason not in reasons:
+                reasons.append(reason)
+        more = ", ..." if len(reasons) > limit else ""
         return (f"{checked} of {checked + outside} examples checked, {outside} outside the references' domain "
-                f"({'; '.join(reasons)}{more})")
+                f"({'; '.join(reasons[:limit])}{more})")
 
 
 def _subject_name(inv: Invariant) -> str:
