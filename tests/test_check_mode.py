@@ -273,6 +273,10 @@ def test_requirements_follow_the_subjects():
                                policy)
     assert changed.state == {"before:optimizer.step": {"params.data", "params.grad"},
                              "after:optimizer.step": {"params.data", "optimizer.hyperparams"}}
+    # A call relation whose references saw grads (or none) when the call began reads them there.
+    zeroes = inv("EventContain", api="torch.optim.Optimizer.zero_grad", child="torch.Tensor.zero_",
+                 snapshot="before:zero_grad")
+    assert requirements_for([zeroes], policy).state == {"before:zero_grad": {"params.grad"}}
     lr = inv("VarPeriodicChange", event="after:optimizer.step", vtype="param_group", variable="optimizer.param_groups.0",
              attribute="lr", period=1, offset=0)
     flag = inv("ContextArgument", api="torch.nn.functional.dropout", argument="training", value=False)

@@ -190,6 +190,30 @@ def test_grads_cleared_at_the_top_of_each_iteration_against_references_that_clea
     assert found and min(v["step"] for v in found) <= 1
 
 
+def test_zero_grad_that_finds_no_grads_is_outside_what_references_that_always_had_grads_showed(tmp_path):
+    """``zero_grad(set_to_none=False)`` zeroes each grad with ``Tensor.zero_``; at the top of
+    the first iteration there is none, so it calls nothing. References that clear after the
+    step never made such a call: it is outside their invariant's domain, counted and never a
+    violation. References that clear at the top learn the invariant on calls that found grads."""
+    common = ("--grads-to-zero", "--optimizer", "sgd")
+    end_refs = [collect_mlp_here(tmp_path, f"end{seed}", "--steps", "6", "--seed", str(seed), *common,
+                                 "--zero-grad-at", "end") for seed in (0, 1)]
+    invariants, _ = infer_invariants(end_refs)
+    zeroes = [i for i in invariants if i.relation == "EventContain" and i.subject["child"] == "torch.Tensor.zero_"]
+    assert [i.subject.get("snapshot") for i in zeroes] == ["before:zero_grad"]
+    assert zeroes[0].domain["before.grads"] == ["present"]
+    top_of_loop = collect_mlp_here(tmp_path, "top", "--steps", "4", "--seed", "3", *common)
+    coverage = Coverage()
+    assert check_offline(invariants, [top_of_loop], coverage=coverage) == []
+    assert coverage.outside.get(zeroes[0].id) == 1
+
+    start_refs = [collect_mlp_here(tmp_path, f"start{seed}", "--steps", "6", "--seed", str(seed), *common)
+                  for seed in (0, 1)]
+    learned = [i for i in infer_invariants(start_refs)[0]
+               if i.relation == "EventContain" and i.subject["child"] == "torch.Tensor.zero_"]
+    assert [str(c.value) for i in learned for c in i.precondition if c.field == "before.grads"] == ["present"]
+
+
 @pytest.fixture(scope="module")
 def residual(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("residual")

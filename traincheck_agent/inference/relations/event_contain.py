@@ -13,11 +13,19 @@ them: an engine's ``step`` off the accumulation boundary rightly calls no optimi
 given a closure (L-BFGS, Lightning) gives no example: what it calls is the script's closure, whose
 contents change with the loop's settings (Lightning clears grads inside it, except when it
 accumulates batches).
+
+A call that a state snapshot precedes (``zero_grad``, ``optimizer.step``, ``backward``) also
+carries ``before.grads``: whether any parameter held a grad when it began. Such a call with no
+grad has nothing to act on (``zero_grad(set_to_none=False)`` at the top of the first iteration
+zeroes nothing), so what it calls then says nothing of what it calls on grads. The feature may
+enter a precondition, and it is part of the domain: an invariant learned only from calls that
+found grads does not judge one that found none. The invariant names the snapshot point
+(``subject["snapshot"]``), so that a checker takes it.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from typing import Any, NamedTuple
 
 from traincheck_agent.inference.call_context import context_features, module_training
@@ -31,22 +39,25 @@ from traincheck_agent.inference.preconditions import (
     with_condition,
 )
 from traincheck_agent.inference.relations import Needs
-from traincheck_agent.inference.stream import Collector as StreamCollector
-from traincheck_agent.inference.stream import TraceSource
+from traincheck_agent.inference.stream import SnapshotCollector, TraceSource
 from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY
-from traincheck_agent.trace.schema import KIND_CALL
+from traincheck_agent.trace.schema import KIND_CALL, KIND_SNAPSHOT
+from traincheck_agent.trace.snapshot import ABSENT, blocks_of
 
 RELATION = "EventContain"
 LEARNS_FROM = "calls of an API that make calls of others inside them"  # what its examples come from: said when it learns nothing
 ID_PREFIX = "ec"  # of its invariants' ids
 SUBJECT_FIELDS = ("api", "child")  # the subject fields it reads when it checks
 TRIAGE_KIND = "ordering"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
-READS = (KIND_CALL,)  # the record kinds its collector reads
+READS = (KIND_CALL, KIND_SNAPSHOT)  # the record kinds its collector reads
 SCOPE_FEATURES = ("accumulating",)
+GRADS_BEFORE = "before.grads"  # feature: NO_GRADS or SOME_GRADS, from the snapshot that began the call
+NO_GRADS, SOME_GRADS = "none", "present"
 # The context an invariant is judged in (see ``preconditions.domain_of``).
-DOMAIN_FIELDS = ("phase", "grad_enabled", "autocast", "self.training")
+DOMAIN_FIELDS = ("phase", "grad_enabled", "autocast", "self.training", GRADS_BEFORE)
 MIN_PASSING = 5
 MIN_STEPS = 2
+PENDING_SNAPSHOTS = 8  # ``before`` snapshots kept for calls whose record has not come yet
 
 
 class ContainExample(NamedTuple):
@@ -57,31 +68,68 @@ class ContainExample(NamedTuple):
     step: int
     trace: str
     features: tuple[tuple[str, Any], ...]
+    snapshot: str | None = None  # the ``before`` snapshot point that gave ``before.grads``
 
     def feature_map(self) -> dict[str, Any]:  # FeatureExample's: a NamedTuple cannot inherit it
         return dict(self.features)
 
 
-def _features(record: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    return tuple(sorted({**context_features(record), "self.training": module_training(record)}.items()))
+def _features(record: dict[str, Any], grads: str | None) -> tuple[tuple[str, Any], ...]:
+    found = {**context_features(record), "self.training": module_training(record)}
+    if grads is not None:
+        found[GRADS_BEFORE] = grads
+    return tuple(sorted(found.items()))
 
 
-class Collector(StreamCollector):
+def grads_before(snapshots: list[dict[str, Any]]) -> str | None:
+    """``SOME_GRADS`` when a variable of the snapshot records held a grad, ``NO_GRADS`` when
+    they recorded grads and every one was None, None when they recorded none."""
+    recorded = False
+    for record in snapshots:
+        for block in blocks_of(record):
+            for grad in block.column("grad"):
+                if grad is None:
+                    recorded = True
+                elif grad is not ABSENT:
+                    return SOME_GRADS
+    return NO_GRADS if recorded else None
+
+
+class Collector(SnapshotCollector):
     def __init__(self, source: TraceSource) -> None:
         super().__init__(source)
         self.children: dict[Any, set[str]] = defaultdict(set)  # open caller id -> APIs it called
+        # call id -> the ``before`` snapshot records of that call (one per variable in an
+        # older trace), until its record comes; read only for a call that makes an example.
+        self.before: OrderedDict[Any, tuple[str, list[dict[str, Any]]]] = OrderedDict()
 
-    def feed(self, record: dict[str, Any]) -> list[ContainExample]:
+    def feed_snapshot(self, record: dict[str, Any]) -> list[ContainExample]:
+        where, call = record.get("where"), record.get("call")
+        if call is None or not isinstance(where, str) or not where.startswith("before:"):
+            return []
+        pending = self.before.get(call)
+        if pending is not None and pending[0] == where:
+            pending[1].append(record)
+            return []
+        self.before[call] = (where, [record])
+        if len(self.before) > PENDING_SNAPSHOTS:
+            self.before.popitem(last=False)
+        return []
+
+    def feed_other(self, record: dict[str, Any]) -> list[ContainExample]:
         if record.get("kind") != KIND_CALL:
             return []
         api = str(record.get("api"))
         if record.get("parent") is not None and module_training(record) is None:
             self.children[record["parent"]].add(api)
-        called = self.children.pop(record.get("id"), set())
+        call_id = record.get("id")
+        called = self.children.pop(call_id, set())
+        before = self.before.pop(call_id, None) if call_id is not None else None
         if (self.wanted is not None and api not in self.wanted) or (record.get("ctx") or {}).get("closure"):
             return []
+        grads = grads_before(before[1]) if before is not None else None
         return [ContainExample(api, frozenset(called), int(record.get("step", -1)), self.source.label,
-                               _features(record))]
+                               _features(record, grads), before[0] if grads is not None else None)]
 
 
 def key_of(example: ContainExample) -> str:
@@ -107,9 +155,13 @@ def infer(groups: dict[str, list[ContainExample]], sources: tuple[str, ...]) -> 
                     continue
                 kept_features = [features[i] for i in scope.passing]
                 precondition = scoped(scope.precondition, kept_features, SCOPE_FEATURES)
+                subject = {"api": api, "child": child}
+                points = {e.snapshot for e in kept}
+                if len(points) == 1 and None not in points:
+                    subject["snapshot"] = points.pop()
                 invariants.append(Invariant(
                     relation=RELATION,
-                    subject={"api": api, "child": child},
+                    subject=subject,
                     precondition=tuple(precondition),
                     support={"passing": len(kept), "excluded": len(group) - len(kept),
                              "steps": len({e.step for e in kept})},
@@ -131,6 +183,10 @@ def violation(invariant: Invariant, ex: ContainExample) -> dict[str, Any]:
 
 
 def needs(req: Needs, inv: Invariant) -> None:
-    """The parent API's calls (the receiver's training flag) and the child's."""
+    """The parent API's calls (the receiver's training flag) and the child's, and the grads at
+    the snapshot point that begins the parent's calls when the references had it."""
     req.need_call(inv.subject["api"], DESCRIBE_SUMMARY, DESCRIBE_NONE)
     req.need_call(inv.subject["child"], DESCRIBE_NONE, DESCRIBE_NONE)
+    point = inv.subject.get("snapshot")
+    if point is not None:
+        req.need_state(point, req.items_for(point, "grad"))
