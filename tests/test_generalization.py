@@ -194,18 +194,26 @@ def test_zero_grad_that_finds_no_grads_is_outside_what_references_that_always_ha
     """``zero_grad(set_to_none=False)`` zeroes each grad with ``Tensor.zero_``; at the top of
     the first iteration there is none, so it calls nothing. References that clear after the
     step never made such a call: it is outside their invariant's domain, counted and never a
-    violation. References that clear at the top learn the invariant on calls that found grads."""
+    violation, as is a call given another ``set_to_none``. References that clear at the top
+    learn the invariant on calls that found grads."""
     common = ("--grads-to-zero", "--optimizer", "sgd")
     end_refs = [collect_mlp_here(tmp_path, f"end{seed}", "--steps", "6", "--seed", str(seed), *common,
                                  "--zero-grad-at", "end") for seed in (0, 1)]
     invariants, _ = infer_invariants(end_refs)
     zeroes = [i for i in invariants if i.relation == "EventContain" and i.subject["child"] == "torch.Tensor.zero_"]
     assert [i.subject.get("snapshot") for i in zeroes] == ["before:zero_grad"]
-    assert zeroes[0].domain["before.grads"] == ["present"]
+    assert zeroes[0].support["found_no_grads"] == 0
     top_of_loop = collect_mlp_here(tmp_path, "top", "--steps", "4", "--seed", "3", *common)
     coverage = Coverage()
     assert check_offline(invariants, [top_of_loop], coverage=coverage) == []
     assert coverage.outside.get(zeroes[0].id) == 1
+    # zero_grad(set_to_none=True) drops the grads instead: what it calls is another matter,
+    # outside what references that zeroed them showed.
+    dropping = collect_mlp_here(tmp_path, "drop", "--steps", "4", "--seed", "3", "--optimizer", "sgd",
+                                "--zero-grad-at", "end")
+    coverage = Coverage()
+    assert check_offline(invariants, [dropping], coverage=coverage) == []
+    assert coverage.reasons[zeroes[0].id] == "arg.set_to_none=True never seen"
 
     start_refs = [collect_mlp_here(tmp_path, f"start{seed}", "--steps", "6", "--seed", str(seed), *common)
                   for seed in (0, 1)]

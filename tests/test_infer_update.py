@@ -3,8 +3,9 @@ the references; the result equals a fresh infer over all traces, the variant pas
 old invariants caught is still caught, and every change is explained.
 
 Reference A is the MLP pipeline as it is; variant B starts its output layer at zero (the
-backbone gets no grad at the first step) and warms its learning rate up from zero: two false
-alarms against A's invariants ("backward leaves the grad non-zero", "the lr stays constant")."""
+backbone gets no grad at the first step) and warms its learning rate up from zero: a false
+alarm against A's invariants ("backward leaves the grad non-zero"), and an lr that a scheduler
+moves where A's had none, outside what A showed ("the lr stays constant" does not judge it)."""
 
 from __future__ import annotations
 
@@ -70,7 +71,8 @@ def updated(runs, tmp_path_factory):
 
 
 def test_the_variant_raises_false_alarms_against_the_old_invariants(runs, tmp_path):
-    assert {LEAVES_NONZERO, LR_CONSTANT} <= _violated(runs, runs["B"], runs["inv"], tmp_path / "v")
+    found = _violated(runs, runs["B"], runs["inv"], tmp_path / "v")
+    assert LEAVES_NONZERO in found and LR_CONSTANT not in found
 
 
 def test_update_names_what_it_removed_and_why(updated, runs):

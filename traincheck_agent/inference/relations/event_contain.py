@@ -7,7 +7,8 @@ Only direct children count (C's nearest recorded caller is P), and C is never a 
 forward: which submodules a model calls is its architecture, not a rule of the framework. A
 call is recorded when it returns, so before its caller; each child is noted under its parent's
 id until the parent's record arrives. The precondition is deduced from the caller's context
-(phase, grad mode, the module's training flag). When no passing call was made inside a
+(phase, grad mode, the module's training flag, the flags it was given: ``zero_grad(set_to_none=
+False)`` zeroes each grad, ``zero_grad()`` drops them). When no passing call was made inside a
 gradient-accumulation micro-step (``accumulating``), the invariant is scoped to calls outside
 them: an engine's ``step`` off the accumulation boundary rightly calls no optimizer step. A step
 given a closure (L-BFGS, Lightning) gives no example: what it calls is the script's closure, whose
@@ -18,8 +19,10 @@ A call that a state snapshot precedes (``zero_grad``, ``optimizer.step``, ``back
 carries ``before.grads``: whether any parameter held a grad when it began. Such a call with no
 grad has nothing to act on (``zero_grad(set_to_none=False)`` at the top of the first iteration
 zeroes nothing), so what it calls then says nothing of what it calls on grads. The feature may
-enter a precondition, and it is part of the domain: an invariant learned only from calls that
-found grads does not judge one that found none. The invariant names the snapshot point
+enter a precondition, and an invariant none of whose passing calls found no grad
+(``support["found_no_grads"]`` is 0) does not judge a call that found none: it is not covered.
+Only that side is gated: a call that found grads where the references' found none (a backward
+that accumulates) still has something to act on. The invariant names the snapshot point
 (``subject["snapshot"]``), so that a checker takes it.
 """
 
@@ -54,7 +57,12 @@ SCOPE_FEATURES = ("accumulating",)
 GRADS_BEFORE = "before.grads"  # feature: NO_GRADS or SOME_GRADS, from the snapshot that began the call
 NO_GRADS, SOME_GRADS = "none", "present"
 # The context an invariant is judged in (see ``preconditions.domain_of``).
-DOMAIN_FIELDS = ("phase", "grad_enabled", "autocast", "self.training", GRADS_BEFORE)
+DOMAIN_FIELDS = ("phase", "grad_enabled", "autocast", "self.training")
+FOUND_NO_GRADS = "found_no_grads"  # support: passing calls that began with no grad
+# Features of the flag arguments a call was given (``arg.set_to_none``): what a call makes
+# depends on them, so they may enter a precondition, and the domain holds the values seen
+# (None where a call left the flag to its default).
+ARG = "arg."
 MIN_PASSING = 5
 MIN_STEPS = 2
 PENDING_SNAPSHOTS = 8  # ``before`` snapshots kept for calls whose record has not come yet
@@ -78,7 +86,17 @@ def _features(record: dict[str, Any], grads: str | None) -> tuple[tuple[str, Any
     found = {**context_features(record), "self.training": module_training(record)}
     if grads is not None:
         found[GRADS_BEFORE] = grads
+    args = record.get("args")
+    if isinstance(args, dict):
+        for name, value in args.items():
+            if isinstance(value, bool) and isinstance(name, str):
+                found[ARG + name] = value
     return tuple(sorted(found.items()))
+
+
+def _domain_fields(features: list[dict[str, Any]]) -> list[str]:
+    """The fixed context fields and every flag argument the calls were given."""
+    return [*DOMAIN_FIELDS, *sorted({name for f in features for name in f if name.startswith(ARG)})]
 
 
 def grads_before(snapshots: list[dict[str, Any]]) -> str | None:
@@ -127,9 +145,9 @@ class Collector(SnapshotCollector):
         before = self.before.pop(call_id, None) if call_id is not None else None
         if (self.wanted is not None and api not in self.wanted) or (record.get("ctx") or {}).get("closure"):
             return []
-        grads = grads_before(before[1]) if before is not None else None
+        point, grads = (before[0], grads_before(before[1])) if before is not None else (None, None)
         return [ContainExample(api, frozenset(called), int(record.get("step", -1)), self.source.label,
-                               _features(record, grads), before[0] if grads is not None else None)]
+                               _features(record, grads), point if grads is not None else None)]
 
 
 def key_of(example: ContainExample) -> str:
@@ -157,19 +175,30 @@ def infer(groups: dict[str, list[ContainExample]], sources: tuple[str, ...]) -> 
                 precondition = scoped(scope.precondition, kept_features, SCOPE_FEATURES)
                 subject = {"api": api, "child": child}
                 points = {e.snapshot for e in kept}
-                if len(points) == 1 and None not in points:
-                    subject["snapshot"] = points.pop()
+                point = points.pop() if len(points) == 1 else None
+                if point is not None:
+                    subject["snapshot"] = point
                 invariants.append(Invariant(
                     relation=RELATION,
                     subject=subject,
                     precondition=tuple(precondition),
                     support={"passing": len(kept), "excluded": len(group) - len(kept),
+                             FOUND_NO_GRADS: sum(f.get(GRADS_BEFORE) == NO_GRADS for f in kept_features),
                              "steps": len({e.step for e in kept})},
                     description=with_condition(f"every {api} call calls {child}", precondition),
                     sources=sources,
-                    domain=domain_of(kept_features, DOMAIN_FIELDS),
+                    domain=domain_of(kept_features, _domain_fields(kept_features)),
                 ))
     return invariants
+
+
+def outside(invariant: Invariant, e: ContainExample) -> str | None:
+    """A call that found no grad to act on, where every passing call of the references found
+    some."""
+    if e.snapshot is not None and not invariant.support.get(FOUND_NO_GRADS) and \
+            e.feature_map().get(GRADS_BEFORE) == NO_GRADS:
+        return f"{GRADS_BEFORE}={NO_GRADS} never seen"
+    return None
 
 
 def violates(invariant: Invariant, e: ContainExample) -> bool:

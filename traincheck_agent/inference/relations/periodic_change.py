@@ -17,6 +17,10 @@ reached. So, when checking, an attribute that stays where a change was expected,
 value this run has held after a decrease (the highest after an increase), is not judged: it is
 *held at a bound*, not covered. An lr that never changes at all in the run is still judged from
 its first pair, and a reference that holds its value anywhere breaks "changes at every step".
+A param group's attributes are judged only where an LR scheduler is attached as it was in the
+references (``lr_scheduled``: the group carries the ``initial_lr`` every scheduler sets): a run
+that adds a warm-up, or drops the schedule, changes its lr by design, not by a fault, while a
+scheduler created but never stepped still shows.
 An attribute that never changes in any reference, over at least ``MIN_CONSTANT_STEPS`` recorded
 steps, gets the degenerate form, period 0: it stays constant across steps (a hyper-parameter
 such as ``momentum`` or ``weight_decay`` that nothing should touch while training runs). Its
@@ -32,6 +36,7 @@ from typing import Any, NamedTuple
 from traincheck_agent.inference.invariant import Invariant
 from traincheck_agent.inference.preconditions import (
     deduce,
+    domain_of,
     holds_all,
     with_condition,
 )
@@ -49,6 +54,9 @@ READS = (KIND_SNAPSHOT,)  # the record kinds its collector reads: state, a snaps
 MIN_CHANGES = 3  # changes a hypothesis must have seen, over all references
 MIN_CONSTANT_STEPS = 5  # recorded steps a constant must have been seen over
 CONSTANT = 0  # the period of an attribute that never changes
+PARAM_GROUP = "param_group"
+SCHEDULED = "lr_scheduled"  # feature of a param group's attributes: an LR scheduler set its initial_lr
+DOMAIN_FIELDS = (SCHEDULED,)  # judged only where the references showed the same (param groups only)
 
 # (point, vtype, variable, attribute)
 Key = tuple[str, str, str, str]
@@ -103,12 +111,14 @@ class Collector(SnapshotCollector):
 
     def __init__(self, source: TraceSource) -> None:
         super().__init__(source)
-        self.latest: dict[Key, tuple[int, float, str]] = {}  # last record of the newest step seen
+        # last record of the newest step seen: step, value and the example's features
+        self.latest: dict[Key, tuple[int, float, tuple[tuple[str, Any], ...]]] = {}
         self.settled: dict[Key, tuple[int, float]] = {}  # value at the last complete step before it
         self.trend: dict[Key, tuple[int, float, float]] = {}  # last change's sign, lowest, highest
         self._watched: tuple[Any, frozenset[tuple[str, str, str]]] = (None, frozenset())
 
-    def _pair(self, key: Key, prev: tuple[int, float], cur: tuple[int, float, str]) -> ChangeExample:
+    def _pair(self, key: Key, prev: tuple[int, float], cur: tuple[int, float, tuple[tuple[str, Any], ...]]
+              ) -> ChangeExample:
         where, vtype, var, attribute = key
         before, after = prev[1], cur[1]
         direction, low, high = self.trend.get(key, (0, before, before))
@@ -117,7 +127,7 @@ class Collector(SnapshotCollector):
             direction = 1 if after > before else -1
         self.trend[key] = (direction, min(low, after), max(high, after))
         return ChangeExample(where, vtype, var, attribute, prev[0], cur[0], before, after, self.source.label,
-                             (("phase", cur[2]),), at_bound)
+                             cur[2], at_bound)
 
     def feed_snapshot(self, record: dict[str, Any]) -> list[ChangeExample]:
         step = record.get("step")
@@ -146,6 +156,7 @@ class Collector(SnapshotCollector):
                   out: list[ChangeExample]) -> None:
         """Follow the numeric attributes of one variable; pairs it completes go to ``out``."""
         wanted = self.wanted
+        features = _features(head[1], phase, attrs)
         for attribute, value in attrs.items():
             key = (*head, attribute)
             if not _numeric(value) or (wanted is not None and key not in wanted):
@@ -157,10 +168,16 @@ class Collector(SnapshotCollector):
                 if key in self.settled:
                     out.append(self._pair(key, self.settled[key], held))
                 self.settled[key] = (held[0], held[1])
-            self.latest[key] = (step, value, phase)  # within a step, the last record wins
+            self.latest[key] = (step, value, features)  # within a step, the last record wins
 
     def finish(self) -> list[ChangeExample]:
         return [self._pair(key, self.settled[key], held) for key, held in self.latest.items() if key in self.settled]
+
+
+def _features(vtype: str, phase: str, attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    if vtype == PARAM_GROUP:
+        return (SCHEDULED, "initial_lr" in attrs), ("phase", phase)
+    return (("phase", phase),)
 
 
 def key_of(example: ChangeExample) -> Key:
@@ -244,6 +261,7 @@ def infer(groups: dict[Key, list[ChangeExample]], sources: tuple[str, ...]) -> l
                      "steps": len({e.step for e in passing}), "traces": len({e.trace for e in group})},
             description=with_condition(_describe(key, period, offset), precondition),
             sources=sources,
+            domain=domain_of([e.feature_map() for e in passing], DOMAIN_FIELDS) if vtype == PARAM_GROUP else {},
         ))
     return invariants
 
