@@ -222,6 +222,24 @@ def test_zero_grad_that_finds_no_grads_is_outside_what_references_that_always_ha
     assert [str(c.value) for i in learned for c in i.precondition if c.field == "before.grads"] == ["present"]
 
 
+def test_grads_cleared_through_the_model_against_references_that_clear_through_the_optimizer(tmp_path):
+    """``model.zero_grad()`` clears what ``optimizer.zero_grad()`` clears: an iteration that calls
+    the one where the references called the other is not covered by "zero_grad is called between
+    two steps", and a loop that clears nothing is still caught by it."""
+    refs = [collect_mlp_here(tmp_path, f"ref{seed}", "--steps", "6", "--seed", str(seed)) for seed in (0, 1)]
+    invariants, _ = infer_invariants(refs)
+    between = [i for i in invariants if i.relation == "APISequence"
+               and i.subject.get("api") == "torch.optim.Optimizer.zero_grad"]
+    assert len(between) == 1
+    coverage = Coverage()
+    via_model = collect_mlp_here(tmp_path, "model", "--steps", "4", "--seed", "3", "--zero-grad-via", "model")
+    assert check_offline(invariants, [via_model], coverage=coverage) == []
+    assert coverage.reasons[between[0].id] == "zero_grad called as torch.nn.Module.zero_grad"
+    forgotten = check_offline(invariants, [collect_mlp_here(tmp_path, "bug", "--steps", "4", "--seed", "3",
+                                                            "--bug", "no-zero-grad")])
+    assert {v["step"] for v in forgotten if v["invariant"] == between[0].id} == {1, 2, 3}
+
+
 @pytest.fixture(scope="module")
 def residual(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("residual")

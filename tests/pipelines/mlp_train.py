@@ -58,6 +58,8 @@ def main() -> None:
     parser.add_argument("--print-every", type=int, default=0, help="print 'step N' every N steps")
     parser.add_argument("--zero-grad-at", choices=["start", "end"], default="start",
                         help="clear the grads at the top of each iteration or after its step")
+    parser.add_argument("--zero-grad-via", choices=["optimizer", "model"], default="optimizer",
+                        help="clear the grads with optimizer.zero_grad() or model.zero_grad()")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
@@ -103,7 +105,7 @@ def main() -> None:
             losses.append(loss.item())
             continue
         if args.bug != "no-zero-grad" and args.zero_grad_at == "start":
-            optimizer.zero_grad(set_to_none=not args.grads_to_zero)
+            (optimizer if args.zero_grad_via == "optimizer" else model).zero_grad(set_to_none=not args.grads_to_zero)
         for micro in range(args.accumulate):
             part = slice(micro * len(x) // args.accumulate, (micro + 1) * len(x) // args.accumulate)
             loss = nn.functional.cross_entropy(model(x[part]), y[part]) / args.accumulate
@@ -112,7 +114,7 @@ def main() -> None:
             nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         optimizer.step()
         if args.bug != "no-zero-grad" and args.zero_grad_at == "end":
-            optimizer.zero_grad(set_to_none=not args.grads_to_zero)
+            (optimizer if args.zero_grad_via == "optimizer" else model).zero_grad(set_to_none=not args.grads_to_zero)
         if scheduler is not None:
             scheduler.step()
         losses.append(loss.item())

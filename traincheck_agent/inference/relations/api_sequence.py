@@ -25,7 +25,11 @@ is called on. For a method, that is an object of a class its references called i
 ``subject.receivers``: ``MLP``, ``Adam``); for a function, the function itself, called at least
 once. An interval of a program that has not had it so far (a GRU model has no ``MLP``, a loop
 that slices tensors by hand no ``DataLoader`` iterator) is not covered; a program that uses an
-``Adam`` and never calls its ``zero_grad`` is judged. A ``leads`` invariant speaks of programs that train: its first sightings wait until
+``Adam`` and never calls its ``zero_grad`` is judged. An interval that misses a framework API but
+calls the framework's method of the same name on another class (``model.zero_grad()`` where the
+references called ``optimizer.zero_grad()``) does the same work another way: it is not covered
+either. Module forwards are never taken for one another: which model runs is the program's.
+A ``leads`` invariant speaks of programs that train: its first sightings wait until
 the program trains (a backward, or a step completed), and those of a program that never trains
 (an inference script evaluating without ever training) are not covered.
 """
@@ -48,6 +52,7 @@ ID_PREFIX = "as"  # of its invariants' ids
 SUBJECT_FIELDS = ("form", "api")  # the subject fields it reads when it checks
 TRIAGE_KIND = "ordering"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
 READS = (KIND_CALL,)  # the record kinds its collector reads
+FRAMEWORK = ("torch.", "deepspeed.", "accelerate.", "transformers.")  # whose same-named methods do the same work
 MIN_INTERVALS = 5
 MIN_LEADS = 2
 
@@ -230,11 +235,22 @@ def outside(invariant: Invariant, ex: Interval | FirstSighting) -> str | None:
     if isinstance(ex, Interval):
         api, types = invariant.subject["api"], invariant.subject.get("receivers")
         if isinstance(types, list) and types:
-            if any(f"type:{t}" in ex.seen for t in types):
-                return None
-            return f"no {' / '.join(map(str, types))} object in this run"
-        return None if f"api:{api}" in ex.seen else "a program that never calls it"
+            if not any(f"type:{t}" in ex.seen for t in types):
+                return f"no {' / '.join(map(str, types))} object in this run"
+        elif f"api:{api}" not in ex.seen:
+            return "a program that never calls it"
+        if api not in ex.apis and api.startswith(FRAMEWORK) and not api.endswith(".forward"):
+            method = _method(api)
+            for other in ex.apis:
+                if other.startswith(FRAMEWORK) and _method(other) == method:
+                    return f"{method} called as {other}"
+        return None
     return None if ex.trains else "a program that never trains"
+
+
+def _method(api: str) -> str:
+    """The last part of an API name: ``zero_grad`` of ``torch.nn.Module.zero_grad``."""
+    return api.rpartition(".")[2]
 
 
 def violates(invariant: Invariant, ex: Interval | FirstSighting) -> bool:
