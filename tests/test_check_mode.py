@@ -293,6 +293,8 @@ def test_requirements_follow_the_subjects():
         "torch.optim.Optimizer.zero_grad": ("summary", "none"),
         "torch.optim.Adam.step": ("summary", "none"),
         "torch.utils.data.dataloader._BaseDataLoaderIter.__next__": ("none", "fingerprint"),
+        # A param group's schedule is judged where the references' scheduler class steps it.
+        "torch.optim.lr_scheduler.LRScheduler.step": ("summary", "none"),
     }
     assert req.module_calls == ("summary", "none")  # the enclosing module's training flag
     assert [i.relation for i in req.checked] == ["VarPeriodicChange", "ContextArgument", "APISequence", "CrossRankValue"]
@@ -300,7 +302,8 @@ def test_requirements_follow_the_subjects():
     assert requirements_for([batches], policy, world_size=1).checked == []  # one process: nothing to compare
     reduced, core = reduce_policy(policy, req)
     assert {r.module: r.include for r in reduced.apis.values()} == {
-        "torch.nn.functional": ("dropout",), "torch.utils.data.dataloader": ("_BaseDataLoaderIter.__next__",)}
+        "torch.nn.functional": ("dropout",), "torch.utils.data.dataloader": ("_BaseDataLoaderIter.__next__",),
+        "torch.optim.lr_scheduler": ("LRScheduler.step",)}
     # (The framework entry points that name models are the integrations' own wrappers, not the policy's.)
     assert core == ["torch.optim.Adam.step", "torch.optim.Optimizer.zero_grad"]  # the core probes see those
     assert set(reduced.state) == {"after:optimizer.step"}

@@ -131,6 +131,16 @@ def test_clean_variants_violate_nothing(runs):
     assert _violations(cosine, runs["cosine_clean"]) == []
 
 
+def test_another_schedulers_lr_is_outside_the_references_domain(runs):
+    """A run whose schedule is another class (cosine where the references stepped a StepLR)
+    changes its lr by design: not judged, counted with the reason."""
+    step = _only(_infer(runs, "step_ref", "step_ref2"))
+    assert step.domain == {"lr_scheduled": [True], "lr_scheduler": ["StepLR"]}
+    coverage = Coverage()
+    assert stream.check(pc, step, stream.collect(pc, [runs["cosine_clean"].path]), coverage) == []
+    assert coverage.reasons[step.id] == "lr_scheduler=CosineAnnealingLR never seen" and not coverage.checked
+
+
 def test_forgotten_scheduler_step_is_caught_at_the_first_due_change(runs):
     step = _only(_infer(runs, "step_ref", "step_ref2"))
     violations = _violations(step, runs["step_no_step"])

@@ -18,9 +18,11 @@ value this run has held after a decrease (the highest after an increase), is not
 *held at a bound*, not covered. An lr that never changes at all in the run is still judged from
 its first pair, and a reference that holds its value anywhere breaks "changes at every step".
 A param group's attributes are judged only where an LR scheduler is attached as it was in the
-references (``lr_scheduled``: the group carries the ``initial_lr`` every scheduler sets): a run
-that adds a warm-up, or drops the schedule, changes its lr by design, not by a fault, while a
-scheduler created but never stepped still shows.
+references (``lr_scheduled``: the group carries the ``initial_lr`` every scheduler sets) and of
+the same class (``lr_scheduler``: the class whose ``step`` was called last, from its call
+records): a run that adds a warm-up, drops the schedule or swaps it for another changes its lr
+by design, not by a fault, while a scheduler created but never stepped, or stepped twice, still
+shows (its constructor steps it once).
 An attribute that never changes in any reference, over at least ``MIN_CONSTANT_STEPS`` recorded
 steps, gets the degenerate form, period 0: it stays constant across steps (a hyper-parameter
 such as ``momentum`` or ``weight_decay`` that nothing should touch while training runs). Its
@@ -42,7 +44,8 @@ from traincheck_agent.inference.preconditions import (
 )
 from traincheck_agent.inference.relations import Needs
 from traincheck_agent.inference.stream import SnapshotCollector, TraceSource
-from traincheck_agent.trace.schema import KIND_SNAPSHOT
+from traincheck_agent.policy.model import DESCRIBE_NONE, DESCRIBE_SUMMARY
+from traincheck_agent.trace.schema import KIND_CALL, KIND_SNAPSHOT
 from traincheck_agent.trace.snapshot import blocks_of
 
 RELATION = "VarPeriodicChange"
@@ -50,13 +53,16 @@ LEARNS_FROM = "numeric state (such as the lr) recorded over several steps"  # wh
 ID_PREFIX = "vp"  # of its invariants' ids
 SUBJECT_FIELDS = ("event", "vtype", "variable", "attribute", "period", "offset")  # the subject fields it reads when it checks
 TRIAGE_KIND = "state"  # how triage ranks its violations (``relations.TRIAGE_KINDS``)
-READS = (KIND_SNAPSHOT,)  # the record kinds its collector reads: state, a snapshot point at a time
+READS = (KIND_SNAPSHOT, KIND_CALL)  # snapshots, and the calls of LR schedulers' ``step``
 MIN_CHANGES = 3  # changes a hypothesis must have seen, over all references
 MIN_CONSTANT_STEPS = 5  # recorded steps a constant must have been seen over
 CONSTANT = 0  # the period of an attribute that never changes
 PARAM_GROUP = "param_group"
 SCHEDULED = "lr_scheduled"  # feature of a param group's attributes: an LR scheduler set its initial_lr
-DOMAIN_FIELDS = (SCHEDULED,)  # judged only where the references showed the same (param groups only)
+SCHEDULER = "lr_scheduler"  # feature of a param group's attributes: the class of the scheduler stepped last
+DOMAIN_FIELDS = (SCHEDULED, SCHEDULER)  # judged only where the references showed the same (param groups only)
+SCHEDULERS = "torch.optim.lr_scheduler."
+SCHEDULER_STEP = SCHEDULERS + "LRScheduler.step"  # the step every scheduler that keeps it runs
 
 # (point, vtype, variable, attribute)
 Key = tuple[str, str, str, str]
@@ -116,6 +122,17 @@ class Collector(SnapshotCollector):
         self.settled: dict[Key, tuple[int, float]] = {}  # value at the last complete step before it
         self.trend: dict[Key, tuple[int, float, float]] = {}  # last change's sign, lowest, highest
         self._watched: tuple[Any, frozenset[tuple[str, str, str]]] = (None, frozenset())
+        self.scheduler: str | None = None  # the class of the LR scheduler stepped last
+
+    def feed_other(self, record: dict[str, Any]) -> list[ChangeExample]:
+        api = record.get("api")
+        if record.get("kind") == KIND_CALL and isinstance(api, str) and api.startswith(SCHEDULERS) \
+                and api.endswith(".step"):
+            receiver = (record.get("args") or {}).get("self")
+            kind = receiver.get("t") if isinstance(receiver, dict) else None
+            if isinstance(kind, str):
+                self.scheduler = kind
+        return []
 
     def _pair(self, key: Key, prev: tuple[int, float], cur: tuple[int, float, tuple[tuple[str, Any], ...]]
               ) -> ChangeExample:
@@ -156,7 +173,7 @@ class Collector(SnapshotCollector):
                   out: list[ChangeExample]) -> None:
         """Follow the numeric attributes of one variable; pairs it completes go to ``out``."""
         wanted = self.wanted
-        features = _features(head[1], phase, attrs)
+        features = _features(head[1], phase, attrs, self.scheduler)
         for attribute, value in attrs.items():
             key = (*head, attribute)
             if not _numeric(value) or (wanted is not None and key not in wanted):
@@ -174,9 +191,10 @@ class Collector(SnapshotCollector):
         return [self._pair(key, self.settled[key], held) for key, held in self.latest.items() if key in self.settled]
 
 
-def _features(vtype: str, phase: str, attrs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+def _features(vtype: str, phase: str, attrs: dict[str, Any], scheduler: str | None
+              ) -> tuple[tuple[str, Any], ...]:
     if vtype == PARAM_GROUP:
-        return (SCHEDULED, "initial_lr" in attrs), ("phase", phase)
+        return (SCHEDULED, "initial_lr" in attrs), (SCHEDULER, scheduler), ("phase", phase)
     return (("phase", phase),)
 
 
@@ -305,8 +323,14 @@ _ITEM_OF_VTYPE = {"param_group": "optimizer.hyperparams", "optimizer_settings": 
 
 
 def needs(req: Needs, inv: Invariant) -> None:
-    """The snapshot point's item that records its variable."""
+    """The snapshot point's item that records its variable; for a param group, the steps of the
+    LR schedulers (the references' classes, and every one that keeps the base class's step)."""
     point, vtype = inv.subject["event"], inv.subject["vtype"]
+    if vtype == PARAM_GROUP:
+        req.need_call(SCHEDULER_STEP, DESCRIBE_SUMMARY, DESCRIBE_NONE)
+        for kind in inv.domain.get(SCHEDULER, ()):
+            if isinstance(kind, str) and kind.isidentifier():
+                req.need_call(f"{SCHEDULERS}{kind}.step", DESCRIBE_SUMMARY, DESCRIBE_NONE)
     item = _ITEM_OF_VTYPE.get(vtype)
     if item is None:  # a parameter class: its numeric framework attributes ride on its records
         had = req.policy_items(point) & {"params.data", "params.grad"}
