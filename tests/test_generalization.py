@@ -694,3 +694,30 @@ def test_a_new_optimizer_takes_over_the_clock_and_stale_grads_are_not_backwards(
     found = [v for v in check_offline(cleared, [runs["mlp_bug"]])]
     assert found and min(v["step"] for v in found) == 1
     assert check_offline(invariants, [runs["two_stage2"]]) == []
+
+
+def test_zero_grads_that_a_call_leaves_as_they_were_are_no_example_of_it():
+    """``zero_grad(set_to_none=False)`` leaves zeros on the grad of a head that this iteration's
+    task did not use: backward then leaves that zero as it was (no example of backward, as for
+    an unchanged non-zero grad), and ``zero_grad`` finds nothing to change (undecided for
+    "changes the grad"). A grad that backward did move is an example, and a zero_grad that
+    leaves a non-zero grad as it was is a failure of "changes"."""
+    from traincheck_agent.inference.examples import TransitionCollector
+    from traincheck_agent.inference.relations import state_transition
+    from traincheck_agent.inference.stream import TraceSource
+
+    collector = TransitionCollector(TraceSource("t", "run", 0))
+    zero = {"h": "z", "zero": True, "nonfinite": False, "amax": 0.0}
+    moved = {"h": "m", "zero": False, "nonfinite": False, "amax": 0.5}
+    examples = []
+    for call, where, head, trunk in ((1, "before:zero_grad", zero, moved), (1, "after:zero_grad", zero, moved),
+                                     (2, "before:backward", zero, zero), (2, "after:backward", zero, moved)):
+        for var, grad in (("head.weight", head), ("trunk.weight", trunk)):
+            examples += collector.feed({"kind": "state", "call": call, "step": 1, "where": where, "phase": "train",
+                                        "var": var, "vtype": "Parameter",
+                                        "attrs": {"dtype": "float32", "requires_grad": True, "grad": grad}})
+    assert [(e.event, e.var) for e in examples] == [("zero_grad", "head.weight"), ("zero_grad", "trunk.weight"),
+                                                    ("backward", "trunk.weight")]
+    changes = state_transition.EFFECTS_BY_NAME["changed"]
+    head, trunk = examples[:2]
+    assert changes.undecided(head) and not changes.undecided(trunk) and not changes.holds(trunk)

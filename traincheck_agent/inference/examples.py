@@ -192,12 +192,14 @@ def touched_by_backward(after: dict[str, Any], before: dict[str, Any] | None = N
     where it had a non-zero one before, that grad moved. A frozen parameter, one whose module
     took no part in this forward (a block that stochastic depth skipped), or one left with the
     grad of an earlier stage (a pretext head while the rest fine-tunes) is none of backward's
-    business; a contribution of exactly zero cannot be told from none, so it is left out too."""
+    business; a contribution of exactly zero cannot be told from none, so it is left out too,
+    whether the grad it left unchanged was non-zero or zero (``zero_grad(set_to_none=False)``
+    leaves zeros on a head that this iteration's task did not use)."""
     if after.get("requires_grad") is False or ("grad" in after and after["grad"] is None):
         return False
     grad_before = (before or {}).get("grad")
     grad_after = after.get("grad")
-    if isinstance(grad_before, dict) and isinstance(grad_after, dict) and value_class(grad_before) == NONZERO:
+    if isinstance(grad_before, dict) and isinstance(grad_after, dict) and value_class(grad_before) in (NONZERO, ZERO):
         h = grad_before.get("h")
         return h != grad_after.get("h") or marker_hash(h)
     return True

@@ -67,16 +67,17 @@ def _update_rounded_away(e: TransitionExample) -> bool:
     return e.attribute == "data" and e.update_negligible and not e.changed
 
 
-def _absent_throughout(e: TransitionExample) -> bool:
+def _empty_throughout(e: TransitionExample) -> bool:
     """The variable held no value before the call and none after it (a ``zero_grad`` at the top
-    of the first iteration, before any backward): the call had nothing to change, which says
-    nothing about what it does to a value."""
-    return e.before_class == NONE and e.after_class == NONE
+    of the first iteration, before any backward), or zeros both times (``zero_grad(set_to_none=
+    False)`` on the grad of a head that this iteration did not use): the call had nothing to
+    change, which says nothing about what it does to a value."""
+    return e.before_class == e.after_class and e.before_class in (NONE, ZERO)
 
 
 EFFECTS = (
     Effect("changed", lambda e: e.changed, "changes the {attr}",
-           undecided=lambda e: _update_rounded_away(e) or _absent_throughout(e)),
+           undecided=lambda e: _update_rounded_away(e) or _empty_throughout(e)),
     Effect("unchanged", lambda e: not e.changed, "does not change the {attr}"),
     Effect("becomes_none_or_zero", lambda e: e.after_class in (NONE, ZERO), "leaves the {attr} None or zero",
            frozenset({NONE, ZERO}), undecided=_update_rounded_away),
