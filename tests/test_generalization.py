@@ -721,3 +721,38 @@ def test_zero_grads_that_a_call_leaves_as_they_were_are_no_example_of_it():
     changes = state_transition.EFFECTS_BY_NAME["changed"]
     head, trunk = examples[:2]
     assert changes.undecided(head) and not changes.undecided(trunk) and not changes.holds(trunk)
+
+
+def test_a_grad_whose_optimizer_did_not_step_in_the_iteration_is_not_covered():
+    """A critic trained twice per generator update gives the generator grads in an iteration
+    where only the critic's optimizer steps: the generator's optimizer held it before, so its
+    grad was not due to be applied. A parameter that no step ever held is still judged."""
+    from traincheck_agent.inference.relations import grad_applied
+    from traincheck_agent.inference.stream import TraceSource
+
+    collector = grad_applied.Collector(TraceSource("t", "run", 0))
+    grad = {"h": "g", "zero": False, "nonfinite": False, "amax": 0.5}
+
+    def data(h):
+        return {"h": h, "zero": False, "nonfinite": False, "amax": 1.0}
+
+    def state(call, step, where, var, attrs):
+        return {"kind": "state", "call": call, "step": step, "where": where, "phase": "train", "var": var,
+                "vtype": "Parameter", "attrs": {"dtype": "float32", "requires_grad": True, **attrs}}
+
+    records = []
+    for step, stepping in ((0, ("critic.w", "gen.w")), (1, ("critic.w",))):
+        records += [state(10 * step, step, "after:backward", var, {"grad": grad}) for var in ("critic.w", "gen.w", "stray.w")]
+        for n, var in enumerate(stepping):
+            call = 10 * step + 1 + n
+            records.append(state(call, step, "before:optimizer.step", var, {"grad": grad, "data": data(f"{var}{step}")}))
+            records.append(state(call, step, "after:optimizer.step", var, {"grad": grad, "data": data(f"{var}{step}+")}))
+    examples = [e for record in records for e in collector.feed(record)] + list(collector.finish())
+    found = {(e.step, e.var): (e.applied, e.not_stepped) for e in examples}
+    assert found == {(0, "critic.w"): (True, False), (0, "gen.w"): (True, False), (0, "stray.w"): (False, False),
+                     (1, "critic.w"): (True, False), (1, "gen.w"): (False, True), (1, "stray.w"): (False, False)}
+    applies = Invariant("GradApplied", {"event": "optimizer.step", "attribute": "data", "effect": "applies_every_grad"}, ())
+    by_var = {(e.step, e.var): e for e in examples}
+    assert grad_applied.outside(applies, by_var[(1, "gen.w")]) == grad_applied.NOT_STEPPED
+    assert not grad_applied.violates(applies, by_var[(1, "gen.w")])
+    assert grad_applied.outside(applies, by_var[(1, "stray.w")]) is None and grad_applied.violates(applies, by_var[(1, "stray.w")])

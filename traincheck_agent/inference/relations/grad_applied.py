@@ -14,7 +14,12 @@ below the data's float resolution is undecided and counts as applied (``update_n
 A step whose learning rate is too small for the update to show (a schedule ending near zero) is
 undecided too. Iterations without an optimizer step give no examples, and neither does a last
 iteration that the optimizers of the one before did not all step (a GAN's generator update after
-the discriminator's last step). Examples complete when the step moves on, or at the end of the
+the discriminator's last step). A parameter that an optimizer step held earlier in the run but
+none held in this iteration belongs to an optimizer that did not step this time (a GAN's
+generator, given grads by the discriminator's backward while the critic trains alone): its
+unapplied grad is not covered, since its own optimizer's next step was never due. A parameter
+that no step has ever held is judged from the first iteration. Examples complete when the step
+moves on, or at the end of the
 trace. An unapplied grad is judged once the next iteration's own work (a ``zero_grad``, a
 backward) begins: a second optimizer that steps after the clock's (the clock counts its step in
 the next iteration, before that work) applies it there.
@@ -93,6 +98,8 @@ class AppliedExample(NamedTuple):
     # Whether the grad was still non-zero when a step of the iteration received it (None: no
     # step snapshot held it, or without a fingerprint).
     arrived: bool | None = None
+    # An optimizer step held the parameter earlier in the run, but none of this iteration did.
+    not_stepped: bool = False
 
     def feature_map(self) -> dict[str, Any]:  # FeatureExample's: a NamedTuple cannot inherit it
         return dict(self.features)
@@ -119,6 +126,8 @@ class Collector(SnapshotCollector):
         self.carried: dict[str, AppliedExample] = {}
         self.step_calls: set[Any] = set()  # the step calls of this iteration
         self.step_apis: set[str] = set()  # and their APIs, once their records arrive
+        self.held: set[str] = set()  # parameters an optimizer step held so far in the run
+        self.held_now: set[str] = set()  # those a step of this iteration held
 
     def feed_other(self, record: dict[str, Any]) -> list[AppliedExample]:
         if record.get("kind") == KIND_CALL and record.get("id") in self.step_calls:
@@ -157,6 +166,7 @@ class Collector(SnapshotCollector):
                     self.unknown.add(var)
         elif where == BEFORE_STEP:
             self.pending[(call, var)] = attrs
+            self.held_now.add(var)
             self.step_calls.add(call)
             grad = attrs.get("grad")
             if var in self.grads and var not in self.arrived and not unfingerprinted(grad):
@@ -200,12 +210,15 @@ class Collector(SnapshotCollector):
             steps = ("steps", "+".join(sorted(self.step_apis)))
             for var, features in self.grads.items():
                 example = AppliedExample(var, self.step, label, var in applied, tuple(sorted((*features, steps))),
-                                         var not in self.unknown, self.arrived.get(var))
+                                         var not in self.unknown, self.arrived.get(var),
+                                         var in self.held and var not in self.held_now)
                 if example.applied or not example.fingerprinted:
                     out.append(example)
                 else:
                     self.carried[var] = example
             self.previous_by = self.stepped_by
+        self.held |= self.held_now
+        self.held_now = set()
         self.grads, self.applied, self.unchanged, self.stepped, self.stepped_by = {}, set(), {}, False, set()
         self.unknown = set()
         self.arrived = {}
@@ -226,7 +239,7 @@ def invariant_key(invariant: Invariant) -> str:
 
 def _verdict(effect: str, e: AppliedExample) -> bool | None:
     """Whether the example shows the effect; None when it cannot tell."""
-    if not e.fingerprinted:
+    if not e.fingerprinted or (effect == APPLIED and e.not_stepped and not e.applied):
         return None
     return e.applied if effect == APPLIED else e.arrived
 
@@ -247,12 +260,20 @@ def infer(groups: dict[str, list[AppliedExample]], sources: tuple[str, ...]) -> 
 
 def outcome(e: AppliedExample) -> tuple[Any, ...]:
     """What ``outside`` and ``violates`` read of an example besides its group and features."""
-    return e.applied, e.fingerprinted, e.arrived
+    return e.applied, e.fingerprinted, e.arrived, e.not_stepped
+
+
+NOT_STEPPED = "its optimizer did not step in this iteration"
 
 
 def outside(invariant: Invariant, e: AppliedExample) -> str | None:
-    """A parameter without a fingerprint: whether the step applied its grad is unknown."""
-    return None if e.fingerprinted else NO_FINGERPRINT
+    """A parameter without a fingerprint: whether the step applied its grad is unknown; one whose
+    optimizer did not step in the iteration: nothing was due to apply it."""
+    if not e.fingerprinted:
+        return NO_FINGERPRINT
+    if e.not_stepped and not e.applied and invariant.subject.get("effect", APPLIED) == APPLIED:
+        return NOT_STEPPED
+    return None
 
 
 def violates(invariant: Invariant, e: AppliedExample) -> bool:
